@@ -1,0 +1,69 @@
+# fencefs — the two commands a newcomer runs are `make run` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+VERSITYGW_VERSION := v1.8.0
+BIN := $(CURDIR)/bin
+# Tests find the binaries through these (see integration/harness, integration/gateway).
+export FENCEFS_BIN := $(BIN)/fencefs
+export FENCEFS_VERSITYGW := $(BIN)/versitygw
+# -race on every test process; the fencefs binary mounted by end-to-end tests is a normal build.
+TESTFLAGS ?= -race
+TEST_TIMEOUT ?= 14m
+PKGS ?= ./...
+DURATION ?= 10m
+
+.PHONY: all build run test deps lint bench torture clean
+
+all: build
+
+## build: bin/fencefs (and the demo driver)
+build:
+	$(GO) build -o $(BIN)/fencefs ./cmd/fencefs
+	$(GO) build -o $(BIN)/fencefs-demo ./integration/demo
+
+## the pinned Versity S3 gateway, the real S3 server of `make run` and the tests
+$(BIN)/.versitygw-$(VERSITYGW_VERSION):
+	@mkdir -p $(BIN)
+	@echo "installing versitygw $(VERSITYGW_VERSION) into bin/ (go install; first time takes a few minutes)"
+	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	@touch $@
+
+$(BIN)/versitygw: $(BIN)/.versitygw-$(VERSITYGW_VERSION)
+
+## deps: what the tests need from the system (fuse3 for fusermount3), plus the gateway
+deps: $(BIN)/versitygw
+	@if ! command -v fusermount3 >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing fuse3 (fusermount3) with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3; \
+	  else \
+	    echo "fusermount3 is missing: install the fuse3 package (as root: apt-get install fuse3)"; \
+	  fi; \
+	fi
+
+## run: build, start a local S3 server, mount a fenced bucket at ./mnt, show it working (Ctrl-C stops all)
+run: build $(BIN)/versitygw
+	@command -v fusermount3 >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
+	$(BIN)/fencefs-demo --bin $(BIN)/fencefs --gateway $(BIN)/versitygw --state .run --mountpoint mnt
+
+## test: install what is missing, then run every unit and end-to-end test
+test: deps build lint
+	$(GO) test $(TESTFLAGS) -timeout $(TEST_TIMEOUT) $(PKGS)
+
+## lint: gofmt and go vet
+lint:
+	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+## bench: measure speed and memory against the raw S3 client and peers; prints a table
+bench: build $(BIN)/versitygw
+	$(GO) run ./bench -bin $(BIN)/fencefs -gateway $(BIN)/versitygw
+
+## torture: the many-writers fencing checker, for longer (DURATION=30m)
+torture: build $(BIN)/versitygw
+	FENCEFS_TORTURE_DURATION=$(DURATION) $(GO) test -run TestManyWritersTorture -timeout 0 -v ./integration/
+
+clean:
+	rm -rf $(BIN) .run
+	$(GO) clean -testcache

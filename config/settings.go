@@ -1,0 +1,179 @@
+package config
+
+import (
+	"sort"
+	"strings"
+)
+
+// Group selects a set of settings, so that each command registers only the
+// flags it uses.
+type Group uint
+
+// Setting groups.
+const (
+	GroupS3 Group = 1 << iota
+	GroupFence
+	GroupMount
+	GroupLog
+	GroupMetrics
+
+	// GroupAll is every group (the mount command).
+	GroupAll = GroupS3 | GroupFence | GroupMount | GroupLog | GroupMetrics
+)
+
+// kind is how a setting's text value is parsed.
+type kind int
+
+const (
+	kindString kind = iota
+	kindBool
+	kindDuration
+	kindMode
+	kindUint32
+	kindInt
+	kindSecret
+)
+
+// Setting describes one configuration key: its dotted name (the YAML path),
+// its -o mount option name, its command-line flag, and the environment
+// variables that set it, in the order they are consulted.
+type Setting struct {
+	Key     string   // dotted key, e.g. "fence.token"; also accepted as an -o name
+	Option  string   // short -o name, e.g. "token"; "" when not an -o option
+	Flag    string   // long flag name without "--"; "" when no flag
+	Env     []string // environment variables, first set wins
+	Default string   // default value as text ("" = none or computed)
+	Usage   string   // one-line help text
+	Group   Group
+	kind    kind
+}
+
+// Secret reports whether the setting holds a credential, which is never
+// accepted from a flag or -o option and never printed.
+func (s Setting) Secret() bool { return s.kind == kindSecret || s.Key == "s3.access_key" }
+
+// settings is the table every other part of the package reads.
+var settings = []Setting{
+	{Key: "s3.endpoint", Option: "endpoint", Flag: "endpoint", Env: []string{"FENCEFS_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}, Group: GroupS3,
+		Usage: "S3 endpoint URL (http:// or https://); default AWS S3 for the region"},
+	{Key: "s3.region", Option: "region", Flag: "region", Env: []string{"FENCEFS_S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"}, Default: "us-east-1", Group: GroupS3,
+		Usage: "S3 region"},
+	{Key: "s3.bucket", Env: []string{"FENCEFS_S3_BUCKET"}, Group: GroupS3,
+		Usage: "bucket name (normally the BUCKET[/PREFIX] argument)"},
+	{Key: "s3.prefix", Option: "prefix", Env: []string{"FENCEFS_S3_PREFIX"}, Group: GroupS3,
+		Usage: "key prefix inside the bucket that the mount shows (normally from BUCKET/PREFIX)"},
+	{Key: "s3.access_key", Env: []string{"FENCEFS_S3_ACCESS_KEY", "AWS_ACCESS_KEY_ID"}, Group: GroupS3, kind: kindString,
+		Usage: "access key id (env, config file or credentials file only)"},
+	{Key: "s3.secret_key", Env: []string{"FENCEFS_S3_SECRET_KEY", "AWS_SECRET_ACCESS_KEY"}, Group: GroupS3, kind: kindSecret,
+		Usage: "secret access key (env, config file or credentials file only)"},
+	{Key: "s3.session_token", Env: []string{"FENCEFS_S3_SESSION_TOKEN", "AWS_SESSION_TOKEN"}, Group: GroupS3, kind: kindSecret,
+		Usage: "session token for temporary credentials (env, config file or credentials file only)"},
+	{Key: "s3.profile", Option: "profile", Flag: "profile", Env: []string{"FENCEFS_S3_PROFILE", "AWS_PROFILE"}, Default: "default", Group: GroupS3,
+		Usage: "profile to read from the shared credentials file"},
+	{Key: "s3.credentials_file", Option: "credentials_file", Flag: "credentials-file", Env: []string{"FENCEFS_S3_CREDENTIALS_FILE", "AWS_SHARED_CREDENTIALS_FILE"}, Group: GroupS3,
+		Usage: "shared credentials file (default ~/.aws/credentials)"},
+	{Key: "s3.ca_file", Option: "ca_file", Flag: "ca-file", Env: []string{"FENCEFS_S3_CA_FILE", "AWS_CA_BUNDLE"}, Group: GroupS3,
+		Usage: "PEM file of CA certificates to trust for https endpoints"},
+	{Key: "s3.path_style", Option: "path_style", Flag: "path-style", Env: []string{"FENCEFS_S3_PATH_STYLE"}, Default: "false", Group: GroupS3, kind: kindBool,
+		Usage: "force path-style bucket addressing (default: automatic)"},
+
+	{Key: "fence.mode", Option: "fence_mode", Flag: "fence-mode", Env: []string{"FENCEFS_FENCE_MODE"}, Default: "strict", Group: GroupFence,
+		Usage: "fencing protocol: strict, fast or off"},
+	{Key: "fence.domain", Option: "fence_domain", Flag: "fence-domain", Env: []string{"FENCEFS_FENCE_DOMAIN"}, Default: "bucket", Group: GroupFence,
+		Usage: "fence domain: bucket (one epoch for the whole bucket) or prefix (the mounted prefix has its own)"},
+	{Key: "fence.token", Option: "token", Flag: "token", Env: []string{"FENCEFS_FENCE_TOKEN"}, Group: GroupFence,
+		Usage: "fencing token: a decimal epoch N >= 1, or auto (the register's newest + 1); none = read-only"},
+	{Key: "fence.token_file", Option: "token_file", Flag: "token-file", Env: []string{"FENCEFS_FENCE_TOKEN_FILE"}, Group: GroupFence,
+		Usage: "file holding the fencing token; re-read and re-bound when it changes"},
+	{Key: "fence.holder", Option: "holder", Flag: "holder", Env: []string{"FENCEFS_FENCE_HOLDER"}, Group: GroupFence,
+		Usage: "stable holder name recorded with the epoch (default: a random per-mount id)"},
+	{Key: "fence.signed_request_validity", Option: "signed_request_validity", Flag: "signed-request-validity", Env: []string{"FENCEFS_FENCE_SIGNED_REQUEST_VALIDITY"}, Default: "15m", Group: GroupFence, kind: kindDuration,
+		Usage: "longest time the server accepts a signed request (ETag reuse protection window)"},
+
+	{Key: "mount.read_only", Option: "read_only", Flag: "read-only", Env: []string{"FENCEFS_MOUNT_READ_ONLY"}, Default: "false", Group: GroupMount, kind: kindBool,
+		Usage: "mount read-only (no token is bound)"},
+	{Key: "mount.uid", Option: "uid", Flag: "uid", Env: []string{"FENCEFS_MOUNT_UID"}, Group: GroupMount, kind: kindUint32,
+		Usage: "owner of files without a uid in their metadata (default: the mounting user)"},
+	{Key: "mount.gid", Option: "gid", Flag: "gid", Env: []string{"FENCEFS_MOUNT_GID"}, Group: GroupMount, kind: kindUint32,
+		Usage: "group of files without a gid in their metadata (default: the mounting user's group)"},
+	{Key: "mount.file_mode", Option: "file_mode", Flag: "file-mode", Env: []string{"FENCEFS_MOUNT_FILE_MODE"}, Default: "0644", Group: GroupMount, kind: kindMode,
+		Usage: "permission bits (octal) of files without a mode in their metadata"},
+	{Key: "mount.dir_mode", Option: "dir_mode", Flag: "dir-mode", Env: []string{"FENCEFS_MOUNT_DIR_MODE"}, Default: "0755", Group: GroupMount, kind: kindMode,
+		Usage: "permission bits (octal) of directories without a mode in their metadata"},
+	{Key: "mount.cache_dir", Option: "cache_dir", Flag: "cache-dir", Env: []string{"FENCEFS_MOUNT_CACHE_DIR"}, Group: GroupMount,
+		Usage: "directory for staging files (default /var/cache/fencefs as root, else $XDG_CACHE_HOME/fencefs)"},
+	{Key: "mount.attr_ttl", Option: "attr_ttl", Flag: "attr-ttl", Env: []string{"FENCEFS_MOUNT_ATTR_TTL"}, Default: "1s", Group: GroupMount, kind: kindDuration,
+		Usage: "how long the kernel caches file attributes"},
+	{Key: "mount.entry_ttl", Option: "entry_ttl", Flag: "entry-ttl", Env: []string{"FENCEFS_MOUNT_ENTRY_TTL"}, Default: "1s", Group: GroupMount, kind: kindDuration,
+		Usage: "how long the kernel caches directory entries"},
+	{Key: "mount.meta_ttl", Option: "meta_ttl", Flag: "meta-ttl", Env: []string{"FENCEFS_MOUNT_META_TTL"}, Default: "5s", Group: GroupMount, kind: kindDuration,
+		Usage: "how long fencefs caches object metadata and listings"},
+	{Key: "mount.allow_other", Option: "allow_other", Flag: "allow-other", Env: []string{"FENCEFS_MOUNT_ALLOW_OTHER"}, Default: "false", Group: GroupMount, kind: kindBool,
+		Usage: "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)"},
+	{Key: "mount.max_dir_rename", Option: "max_dir_rename", Flag: "max-dir-rename", Env: []string{"FENCEFS_MOUNT_MAX_DIR_RENAME"}, Default: "1000", Group: GroupMount, kind: kindInt,
+		Usage: "largest number of objects a directory rename may copy (0 = directory rename refused)"},
+
+	{Key: "log.level", Option: "log_level", Flag: "log-level", Env: []string{"FENCEFS_LOG_LEVEL"}, Default: "info", Group: GroupLog,
+		Usage: "log level: debug, info, warn or error"},
+	{Key: "log.format", Option: "log_format", Flag: "log-format", Env: []string{"FENCEFS_LOG_FORMAT"}, Default: "text", Group: GroupLog,
+		Usage: "log format: text or json"},
+	{Key: "log.file", Option: "log_file", Flag: "log-file", Env: []string{"FENCEFS_LOG_FILE"}, Group: GroupLog,
+		Usage: "log to this file instead of stderr"},
+
+	{Key: "metrics.addr", Option: "metrics_addr", Flag: "metrics-addr", Env: []string{"FENCEFS_METRICS_ADDR"}, Group: GroupMetrics,
+		Usage: "serve Prometheus /metrics and /healthz on this host:port"},
+}
+
+// Settings returns a copy of the table of every configuration key, in
+// documentation order.
+func Settings() []Setting {
+	out := make([]Setting, len(settings))
+	copy(out, settings)
+	return out
+}
+
+func settingByKey(key string) (Setting, bool) {
+	for _, s := range settings {
+		if s.Key == key {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}
+
+// settingByOption finds a setting by its -o name or its dotted key.
+func settingByOption(name string) (Setting, bool) {
+	for _, s := range settings {
+		if s.Key == name || (s.Option != "" && s.Option == name) {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}
+
+// genericMountOptions are the options mount(8), mount.fuse3 and fstab pass to
+// every helper. They are accepted and either mapped (rw, ro, allow_other)
+// or ignored.
+var genericMountOptions = map[string]bool{
+	"rw": true, "ro": true, "_netdev": true, "nofail": true, "noauto": true,
+	"auto": true, "user": true, "users": true, "nouser": true, "owner": true,
+	"group": true, "exec": true, "noexec": true, "suid": true, "nosuid": true,
+	"dev": true, "nodev": true, "defaults": true, "allow_other": true,
+	"default_permissions": true, "async": true, "sync": true, "atime": true,
+	"noatime": true, "relatime": true, "norelatime": true, "strictatime": true,
+	"nodiratime": true, "diratime": true, "lazytime": true, "nolazytime": true,
+	"silent": true, "loud": true,
+}
+
+// acceptedOptions lists every -o name, for error messages.
+func acceptedOptions() string {
+	var names []string
+	for _, s := range settings {
+		if s.Option != "" && !s.Secret() {
+			names = append(names, s.Option)
+		}
+	}
+	names = append(names, "config")
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
