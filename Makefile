@@ -2,10 +2,10 @@
 SHELL := /bin/bash
 GO ?= go
 VERSITYGW_VERSION := v1.8.0
-BIN := $(CURDIR)/bin
+BIN := bin
 # Tests find the binaries through these (see integration/harness, integration/gateway).
-export FENCEFS_BIN := $(BIN)/fencefs
-export FENCEFS_VERSITYGW := $(BIN)/versitygw
+export FENCEFS_BIN := $(CURDIR)/bin/fencefs
+export FENCEFS_VERSITYGW := $(CURDIR)/bin/versitygw
 # -race on every test process; the fencefs binary mounted by end-to-end tests is a normal build.
 TESTFLAGS ?= -race
 TEST_TIMEOUT ?= 14m
@@ -25,7 +25,7 @@ build:
 $(BIN)/.versitygw-$(VERSITYGW_VERSION):
 	@mkdir -p $(BIN)
 	@echo "installing versitygw $(VERSITYGW_VERSION) into bin/ (go install; first time takes a few minutes)"
-	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	GOBIN=$(CURDIR)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 	@touch $@
 
 $(BIN)/versitygw: $(BIN)/.versitygw-$(VERSITYGW_VERSION)
