@@ -441,3 +441,21 @@ func Run(ctx context.Context, t testing.TB, gw *gateway.Gateway, env []string, a
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// Command returns an unstarted command running the fencefs binary with args
+// and the gateway's environment; it is killed in t.Cleanup if still running.
+func Command(t testing.TB, gw *gateway.Gateway, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	cmd.Env = os.Environ()
+	if gw != nil {
+		cmd.Env = append(cmd.Env, gw.Env()...)
+	}
+	t.Cleanup(func() {
+		if cmd.Process != nil && cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd
+}

@@ -1,0 +1,256 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencefs/fencefs/integration/gateway"
+	"github.com/fencefs/fencefs/integration/harness"
+	"github.com/minio/minio-go/v7"
+)
+
+// opResult runs op in a goroutine and returns its error, failing the test if
+// it takes longer than limit: the kernel must never see a hang.
+func opResult(t *testing.T, limit time.Duration, op func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("operation still blocked after %v", limit)
+		return nil
+	}
+}
+
+// TestPartitionedLeaderFailsClosedThenIsFenced puts a TCP fault proxy between
+// A and the gateway. While A is cut off, its mutations fail with EIO (it
+// cannot verify its epoch) and are not committed; B takes over; after the
+// partition heals, A is fenced (EROFS) and B's data is intact.
+func TestPartitionedLeaderFailsClosedThenIsFenced(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	proxy := harness.NewProxy(t, gw.Addr)
+	a := harness.Mount(t, gw, bucket, "--endpoint", proxy.Endpoint(), "--token", "17", "--holder", "A",
+		"--s3-timeout", "2s", "--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s")
+	if err := os.WriteFile(a.Path("f"), []byte("A before the partition"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.Cut(t)
+	err := opResult(t, 90*time.Second, func() error {
+		return writeClose(a.Path("f"), os.O_WRONLY|os.O_TRUNC, []byte("A during the partition"))
+	})
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write during the partition: err = %v, want EIO (fail closed)", err)
+	}
+	if got := readObject(t, gw, bucket, "f"); string(got.body) != "A before the partition" {
+		t.Fatalf("object changed during the partition: %q", got.body)
+	}
+
+	b := harness.Mount(t, gw, bucket, "--token", "18", "--holder", "B")
+	if err := os.WriteFile(b.Path("f"), []byte("B's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.Heal(t)
+	err = opResult(t, 90*time.Second, func() error {
+		return writeClose(a.Path("f"), os.O_WRONLY|os.O_TRUNC, []byte("A after healing"))
+	})
+	if !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write after healing: err = %v, want EROFS", err)
+	}
+	if got := readObject(t, gw, bucket, "f"); string(got.body) != "B's" || got.epoch != "18" {
+		t.Fatalf("f = %q stamped %q; want B's data stamped 18", got.body, got.epoch)
+	}
+}
+
+// waitForUpload polls until a multipart upload of key is in progress.
+func waitForUpload(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket, key string) {
+	t.Helper()
+	for ctx.Err() == nil {
+		for u := range gw.Client().ListIncompleteUploads(ctx, bucket, key, false) {
+			if u.Err == nil && u.Key == key {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no multipart upload of %s started", key)
+}
+
+func incompleteUploads(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket string) []string {
+	t.Helper()
+	var keys []string
+	for u := range gw.Client().ListIncompleteUploads(ctx, bucket, "", true) {
+		if u.Err != nil {
+			t.Fatalf("list uploads: %v", u.Err)
+		}
+		keys = append(keys, u.Key)
+	}
+	return keys
+}
+
+// TestKillDuringMultipartUploadLeavesNoPartialObject kills A (-9) while it
+// uploads a large file: the key keeps its old content, a restarted mount with
+// the same token and holder writes again, and `fencefs gc` clears the
+// abandoned upload.
+func TestKillDuringMultipartUploadLeavesNoPartialObject(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
+	old := []byte("the old version")
+	if err := os.WriteFile(a.Path("big"), old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), (96<<20)/16)
+	f, err := os.OpenFile(a.Path("big"), os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	waitForUpload(ctx, t, gw, bucket, "big")
+	a.Kill()
+	if err := <-closed; err == nil {
+		// The upload may have completed in the instant before the kill.
+		if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, big) {
+			t.Fatalf("close succeeded but the object holds %d bytes, not the %d written", len(got.body), len(big))
+		}
+	} else if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, old) {
+		t.Fatalf("after kill -9 mid-upload the object holds %d bytes (%.20q), want the old version", len(got.body), got.body)
+	}
+	_ = a.Unmount() // the dead mount
+
+	a2 := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
+	if err := os.WriteFile(a2.Path("big"), big, 0o644); err != nil {
+		t.Fatalf("restarted mount cannot write: %v", err)
+	}
+	if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, big) {
+		t.Fatalf("after restart the object holds %d bytes, want %d", len(got.body), len(big))
+	}
+	if len(incompleteUploads(ctx, t, gw, bucket)) == 0 {
+		t.Log("the killed upload left nothing behind (aborted on its own)")
+	}
+	out, err := harness.Run(ctx, t, gw, nil, "gc", bucket, "--endpoint", gw.Endpoint, "--min-age", "0s")
+	if err != nil {
+		t.Fatalf("fencefs gc: %v\n%s", err, out)
+	}
+	if left := incompleteUploads(ctx, t, gw, bucket); len(left) != 0 {
+		t.Fatalf("incomplete uploads after gc: %v\n%s", left, out)
+	}
+}
+
+// TestKillDuringSweepThenNewerEpochCompletesIt leaves intents of epoch 17
+// behind (A frozen with dirty handles), kills the binder of 18 in the middle
+// of its sweep, then binds 19: A's writes never land, and no intent of an
+// older epoch is left.
+func TestKillDuringSweepThenNewerEpochCompletesIt(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
+	const n = 40
+	var handles []*os.File
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("f%02d", i)
+		if i%2 == 0 { // half exist before, half are creates
+			if err := os.WriteFile(a.Path(name), []byte("A's first "+name), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := os.OpenFile(a.Path(name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Write([]byte("A's stale " + name)); err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, h)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Wait until A's intents are written (they are written when a handle
+	// first becomes dirty), then freeze A.
+	for countKeys(ctx, t, gw, bucket, ".fencefs/intents/") < n {
+		if ctx.Err() != nil {
+			t.Fatalf("A's intents never appeared")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+
+	// Start raising to 18 and kill the raiser as soon as the register moved.
+	raise := harness.Command(t, gw, "epoch", "raise", bucket, "18", "--endpoint", gw.Endpoint, "--holder", "B")
+	if err := raise.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(string(objectBody(ctx, t, gw, bucket, ".fencefs/epoch")), `"epoch":18`) {
+		if ctx.Err() != nil {
+			t.Fatalf("register never reached 18")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = raise.Process.Kill()
+	_ = raise.Wait()
+
+	out, err := harness.Run(ctx, t, gw, nil, "epoch", "raise", bucket, "19", "--endpoint", gw.Endpoint, "--holder", "C")
+	if err != nil {
+		t.Fatalf("raise 19: %v\n%s", err, out)
+	}
+	_ = a.Signal(syscall.SIGCONT)
+	for i, h := range handles {
+		if err := h.Close(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("A's close of f%02d after the takeover: %v, want EROFS", i, err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		got := readObject(t, gw, bucket, fmt.Sprintf("f%02d", i))
+		if strings.HasPrefix(string(got.body), "A's stale") {
+			t.Errorf("f%02d: A's stale write landed (stamp %s)", i, got.epoch)
+		}
+	}
+	if left := countKeys(ctx, t, gw, bucket, ".fencefs/intents/"); left != 0 {
+		t.Errorf("%d intents of older epochs left after epoch 19 became active", left)
+	}
+}
+
+func countKeys(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket, prefix string) int {
+	t.Helper()
+	n := 0
+	for o := range gw.Client().ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			t.Fatalf("list %s: %v", prefix, o.Err)
+		}
+		n++
+	}
+	return n
+}
+
+func objectBody(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket, key string) []byte {
+	t.Helper()
+	o, err := gw.Client().GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil
+	}
+	defer o.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(o); err != nil {
+		return nil
+	}
+	return buf.Bytes()
+}

@@ -1,0 +1,56 @@
+package harness
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Proxy is a TCP fault proxy on loopback (Shopify's toxiproxy, in process)
+// between a mount and the gateway, for partition tests.
+type Proxy struct {
+	p *toxiproxy.Proxy
+}
+
+// NewProxy starts a proxy on a free 127.0.0.1 port forwarding to upstream
+// (host:port), stopped in t.Cleanup.
+func NewProxy(t testing.TB, upstream string) *Proxy {
+	t.Helper()
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	p := toxiproxy.NewProxy(srv, "s3", "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		t.Fatalf("start proxy: %v", err)
+	}
+	t.Cleanup(p.Stop)
+	return &Proxy{p: p}
+}
+
+// Endpoint is the proxy's http:// URL.
+func (x *Proxy) Endpoint() string { return "http://" + x.p.Listen }
+
+// Cut partitions the link: every byte in either direction, on existing and
+// new connections, is dropped (connections stay open, as across a real
+// partition), until Heal.
+func (x *Proxy) Cut(t testing.TB) {
+	t.Helper()
+	for _, dir := range []string{"upstream", "downstream"} {
+		js := `{"name":"cut-` + dir + `","type":"timeout","stream":"` + dir + `","attributes":{"timeout":0}}`
+		if _, err := x.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			t.Fatalf("cut %s: %v", dir, err)
+		}
+	}
+}
+
+// Heal removes the partition.
+func (x *Proxy) Heal(t testing.TB) {
+	t.Helper()
+	for _, dir := range []string{"upstream", "downstream"} {
+		if err := x.p.Toxics.RemoveToxic(context.Background(), "cut-"+dir); err != nil {
+			t.Fatalf("heal %s: %v", dir, err)
+		}
+	}
+}
