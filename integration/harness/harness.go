@@ -48,6 +48,9 @@ var (
 
 	liveMu sync.Mutex
 	live   = map[*FS]struct{}{} // GUARDED_BY(liveMu): mounts not yet cleaned up
+
+	mountedMu sync.Mutex
+	mounted   []string // GUARDED_BY(mountedMu): every mountpoint this process used
 )
 
 // Main runs the tests, then removes the harness's build directory and fails
@@ -66,13 +69,16 @@ func Main(m *testing.M) int {
 		fs.forceCleanup()
 		code = 1
 	}
-	if mounts, err := fencefsMounts(); err == nil {
-		for _, mp := range mounts {
-			if strings.HasPrefix(mp, os.TempDir()) {
-				fmt.Fprintf(os.Stderr, "harness: fencefs mount left behind at %s\n", mp)
-				_ = exec.Command("fusermount3", "-uz", mp).Run()
-				code = 1
-			}
+	// Other test processes (packages run in parallel) have mounts of their
+	// own: look only at the mountpoints this process used.
+	mountedMu.Lock()
+	dirs := append([]string(nil), mounted...)
+	mountedMu.Unlock()
+	for _, dir := range dirs {
+		if ok, _ := isMounted(dir); ok {
+			fmt.Fprintf(os.Stderr, "harness: mount left behind at %s\n", dir)
+			_ = exec.Command("fusermount3", "-uz", dir).Run()
+			code = 1
 		}
 	}
 	if buildDir != "" {
@@ -212,6 +218,9 @@ func Start(t testing.TB, gw *gateway.Gateway, bucket string, o Options, args ...
 	liveMu.Lock()
 	live[fs] = struct{}{}
 	liveMu.Unlock()
+	mountedMu.Lock()
+	mounted = append(mounted, fs.Dir)
+	mountedMu.Unlock()
 	t.Cleanup(func() {
 		if err := fs.Unmount(); err != nil {
 			t.Errorf("cleanup: %v", err)
@@ -354,7 +363,7 @@ func unmountRetry(dir string) error {
 
 // isMounted reports whether dir is a mountpoint in /proc/self/mountinfo.
 func isMounted(dir string) (bool, error) {
-	mounts, err := mountpoints(func(string) bool { return true })
+	mounts, err := mountpoints()
 	if err != nil {
 		return false, err
 	}
@@ -367,12 +376,8 @@ func isMounted(dir string) (bool, error) {
 	return false, nil
 }
 
-// fencefsMounts lists the mountpoints of type fuse.fencefs.
-func fencefsMounts() ([]string, error) {
-	return mountpoints(func(fstype string) bool { return fstype == "fuse.fencefs" })
-}
-
-func mountpoints(keep func(fstype string) bool) ([]string, error) {
+// mountpoints lists every mountpoint in /proc/self/mountinfo.
+func mountpoints() ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -382,18 +387,7 @@ func mountpoints(keep func(fstype string) bool) ([]string, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		fstype := ""
-		for i, f := range fields {
-			if f == "-" && i+1 < len(fields) {
-				fstype = fields[i+1]
-				break
-			}
-		}
-		if keep(fstype) {
+		if fields := strings.Fields(sc.Text()); len(fields) >= 5 {
 			out = append(out, unescapeMountinfo(fields[4]))
 		}
 	}
