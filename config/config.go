@@ -55,6 +55,7 @@ type Fence struct {
 	TokenFile             string
 	Holder                string
 	SignedRequestValidity time.Duration
+	RefreshInterval       time.Duration // 0 = no periodic refresh
 }
 
 // Mount is the filesystem configuration (keys mount.*).
@@ -251,8 +252,11 @@ func (c *Config) Validate(requireMount bool) error {
 	if c.Fence.SignedRequestValidity <= 0 {
 		return keyErr("fence.signed_request_validity", "%v is not positive (accepted: a duration such as 15m)", c.Fence.SignedRequestValidity)
 	}
-	if strings.ContainsAny(c.Fence.Holder, "\x00\n\r") || len(c.Fence.Holder) > 128 {
-		return keyErr("fence.holder", "%q is not a valid holder name (accepted: up to 128 printable characters)", c.Fence.Holder)
+	if c.Fence.RefreshInterval < 0 {
+		return keyErr("fence.refresh_interval", "%v is negative (accepted: a duration >= 0 such as 30s; 0 disables)", c.Fence.RefreshInterval)
+	}
+	if !validHolder(c.Fence.Holder) {
+		return keyErr("fence.holder", "%q is not a valid holder name (accepted: up to 128 printable ASCII characters, without ',' or '@' and without surrounding blanks)", c.Fence.Holder)
 	}
 
 	if requireMount {
@@ -315,8 +319,8 @@ func redactURL(s string) string {
 		}
 		return s
 	}
-	u.User = url.User("[REDACTED]")
-	return u.String()
+	u.User = nil
+	return u.Scheme + "://[REDACTED]@" + strings.TrimPrefix(u.String(), u.Scheme+"://")
 }
 
 // DefaultCacheDir returns /var/cache/fencefs for root, else
@@ -332,4 +336,18 @@ func DefaultCacheDir(getenv func(string) string, uid int) string {
 		return filepath.Join(h, ".cache", "fencefs")
 	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("fencefs-%d", uid))
+}
+
+// validHolder reports whether h can be stored as object metadata and in the
+// register ("" means a generated one).
+func validHolder(h string) bool {
+	if len(h) > 128 || strings.TrimSpace(h) != h {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c < 0x20 || c > 0x7e || c == ',' || c == '@' {
+			return false
+		}
+	}
+	return true
 }

@@ -90,6 +90,9 @@ var settings = []Setting{
 	{Key: "fence.signed_request_validity", Option: "signed_request_validity", Flag: "signed-request-validity", Env: []string{"FENCEFS_FENCE_SIGNED_REQUEST_VALIDITY"}, Default: "15m", Group: GroupFence, kind: kindDuration,
 		Usage: "longest time the server accepts a signed request (ETag reuse protection window)"},
 
+	{Key: "fence.refresh_interval", Option: "refresh_interval", Flag: "refresh-interval", Env: []string{"FENCEFS_FENCE_REFRESH_INTERVAL"}, Default: "30s", Group: GroupFence, kind: kindDuration,
+		Usage: "how often an idle mount re-reads the epoch register, so that its state and metrics show a newer epoch without waiting for a write (0 = never)"},
+
 	{Key: "mount.read_only", Option: "read_only", Flag: "read-only", Env: []string{"FENCEFS_MOUNT_READ_ONLY"}, Default: "false", Group: GroupMount, kind: kindBool,
 		Usage: "mount read-only (no token is bound)"},
 	{Key: "mount.uid", Option: "uid", Flag: "uid", Env: []string{"FENCEFS_MOUNT_UID"}, Group: GroupMount, kind: kindUint32,
@@ -111,7 +114,7 @@ var settings = []Setting{
 	{Key: "mount.allow_other", Option: "allow_other", Flag: "allow-other", Env: []string{"FENCEFS_MOUNT_ALLOW_OTHER"}, Default: "false", Group: GroupMount, kind: kindBool,
 		Usage: "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)"},
 	{Key: "mount.max_dir_rename", Option: "max_dir_rename", Flag: "max-dir-rename", Env: []string{"FENCEFS_MOUNT_MAX_DIR_RENAME"}, Default: "1000", Group: GroupMount, kind: kindInt,
-		Usage: "largest number of objects a directory rename may copy (0 = directory rename refused)"},
+		Usage: "largest number of objects a directory rename may copy; beyond it rename fails with EXDEV and mv copies file by file (0 = always)"},
 
 	{Key: "log.level", Option: "log_level", Flag: "log-level", Env: []string{"FENCEFS_LOG_LEVEL"}, Default: "info", Group: GroupLog,
 		Usage: "log level: debug, info, warn or error"},
@@ -145,6 +148,11 @@ func settingByKey(key string) (Setting, bool) {
 func settingByOption(name string) (Setting, bool) {
 	for _, s := range settings {
 		if s.Key == name || (s.Option != "" && s.Option == name) {
+			return s, true
+		}
+		// Credentials by their short names, so that they are refused with
+		// advice rather than as unknown.
+		if s.Secret() && strings.TrimPrefix(s.Key, "s3.") == name {
 			return s, true
 		}
 	}

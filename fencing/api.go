@@ -1,11 +1,9 @@
 package fencing
 
-// This file fixes the API that fusefs and cmd/fencefs program against.
-// Bodies are filled in by the implementation; signatures change only by
-// agreement with those packages.
+// This file holds the types of the API that fusefs and cmd/fencefs program
+// against; signatures change only by agreement with those packages.
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -47,13 +45,17 @@ var (
 
 // Config configures a Guard. Built by cmd/fencefs from config.Config.
 type Config struct {
+	// Mode is strict (the default when empty), fast or off.
 	Mode Mode
 	// Domain is the key prefix of the fence domain ("" for the whole
 	// bucket, else ending in "/"). Protocol objects live under
 	// Domain + ".fencefs/".
 	Domain string
 	// Holder identifies this mount instance in the register and stamps;
-	// empty means a random per-instance id.
+	// empty means a random per-instance id ("<host>-<pid>-<random>"). A
+	// stable name lets a restart reclaim its epoch (fencing the previous
+	// instance); two live instances must never share one. Printable ASCII
+	// without ',' or '@'.
 	Holder string
 	// SignedRequestValidity bounds how long a signed request an old writer
 	// holds may still be accepted (ETag ABA protection window). Default 15m.
@@ -61,11 +63,22 @@ type Config struct {
 	// TombstoneDeletes makes Delete write tombstones instead of conditional
 	// DELETEs (for backends whose DELETE ignores If-Match).
 	TombstoneDeletes bool
-	Logger           *slog.Logger
+	// Logger receives the package's log records; nil means none.
+	Logger *slog.Logger
 	// Registerer receives the package's metrics; nil means none.
 	Registerer prometheus.Registerer
 	// Now is the clock (tests inject one); nil means time.Now.
 	Now func() time.Time
+	// IntentLinger is how long an intent whose writes have all settled is
+	// kept before it is deleted, so that a key flushed again soon reuses it
+	// (0 means 2s). Deletion is asynchronous and batched.
+	IntentLinger time.Duration
+	// OpTimeout bounds one validation round and one background protocol
+	// write (intent, intent deletion); 0 means 30s.
+	OpTimeout time.Duration
+	// Hooks are failpoints, for tests (and for the binary, through
+	// FailpointsFromEnv). The zero value does nothing.
+	Hooks Hooks
 }
 
 // State is the Guard's lifecycle state, as shown in user.fencefs.state.
@@ -88,17 +101,41 @@ type Status struct {
 	Holder string // this Guard's holder id
 	// EpochHolder is the holder of Epoch in the register.
 	EpochHolder string
-	Reason      string // why fenced, when fenced
+	// Reason says why the Guard is fenced, or why its sweep failed.
+	Reason string
 }
 
 // Version is the base version a mutation is conditioned on: the object the
 // caller last saw at the key. The zero Version means "the key must not exist"
 // (create).
+//
+// Build it with VersionOf from the ObjectInfo the caller read: then Guard
+// also knows the object's fencefs-swept record and saves a HEAD before
+// committing. A Version built by hand (ETag only) is fine too.
 type Version struct {
 	ETag string // "" means absent
 	// Tombstone reports that the version seen is a tombstone (a deleted key);
 	// creating over it is conditioned on its ETag.
 	Tombstone bool
+	// Swept is the object's MetaSwept value as read together with ETag,
+	// valid only when SweptKnown is set (VersionOf sets both).
+	Swept      string
+	SweptKnown bool
+}
+
+// VersionOf returns the Version of the object described by info (which must
+// come from Stat, Get, Put or Copy: listings carry no metadata). A zero info
+// (no ETag) gives the zero Version, "absent".
+func VersionOf(info objstore.ObjectInfo) Version {
+	if info.ETag == "" {
+		return Version{}
+	}
+	return Version{
+		ETag:       objstore.NormalizeETag(info.ETag),
+		Tombstone:  isTombstone(info),
+		Swept:      info.Meta[MetaSwept],
+		SweptKnown: info.Meta != nil,
+	}
 }
 
 // Exists reports whether v names an existing object (possibly a tombstone).
@@ -113,7 +150,25 @@ const (
 	MetaEpoch  = "fencefs-epoch"
 	MetaHolder = "fencefs-holder"
 	MetaWID    = "fencefs-wid"
+	// MetaTombstone is "1" on tombstones.
+	MetaTombstone = "fencefs-tombstone"
+	// MetaSwept is the ETag-ABA record written by takeover sweeps and
+	// carried forward by every commit while young: a comma-separated list
+	// of "<etag>@<unix seconds>" ("_" for "absent") naming versions an old
+	// writer may still hold as its base.
+	MetaSwept = "fencefs-swept"
 )
+
+// IsStampKey reports whether a metadata key is one of the keys Guard
+// manages (stamps, tombstone marker, swept record); callers copying user
+// metadata drop them.
+func IsStampKey(k string) bool {
+	switch k {
+	case MetaEpoch, MetaHolder, MetaWID, MetaTombstone, MetaSwept:
+		return true
+	}
+	return false
+}
 
 // IsTombstone reports whether info describes a tombstone object, which
 // readers must treat as absent. Listings do not carry metadata: an entry
@@ -128,19 +183,19 @@ const TombstoneSize = tombstoneSize
 // the protocol objects; filesystems must hide it.
 const ProtocolDir = ".fencefs"
 
-var _ io.ReaderAt // body type of Guard.Put
-
-// Guard is the single door for mutations of the bucket. Safe for concurrent
-// use. Methods:
+// The Guard type and its methods are in guard.go, bind.go and mutate.go:
 //
 //	New(store, cfg) (*Guard, error)
 //	(*Guard).Bind(ctx, token uint64) (uint64, error)   token 0 = auto (max+1)
 //	(*Guard).Status() Status
+//	(*Guard).Refresh(ctx) error                        re-read the register now
 //	(*Guard).Prepare(key string)                       hint: a handle on key became dirty
+//	(*Guard).PrepareBase(key string, base Version)     same, knowing the base (preferred)
 //	(*Guard).Put(ctx, key, body io.ReaderAt, size int64, base Version, meta Meta) (objstore.ObjectInfo, error)
 //	(*Guard).Copy(ctx, src string, srcETag string, dst string, dstBase Version, meta Meta) (objstore.ObjectInfo, error)
 //	(*Guard).Delete(ctx, key string, base Version) error
 //	(*Guard).Close(ctx) error                          flush async intent deletions
 //
+// and, without a Guard: ReadRegister, Raise, GC, FailpointsFromEnv.
 // Without a bound token, mutations fail with ErrReadOnly (unless Mode is off).
-var _ = context.Background
+var _ io.ReaderAt

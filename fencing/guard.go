@@ -2,52 +2,530 @@ package fencing
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/fencefs/fencefs/objstore"
 )
 
-const tombstoneSize = 96
+// Defaults for Config fields left zero.
+const (
+	DefaultSignedRequestValidity = 15 * time.Minute
+	defaultIntentLinger          = 2 * time.Second
+	defaultOpTimeout             = 30 * time.Second
+	// prepareLinger keeps an intent written by Prepare alive while the
+	// handle stays dirty without committing.
+	prepareLinger = 5 * time.Minute
+)
 
-func isTombstone(info objstore.ObjectInfo) bool {
-	return info.Size == tombstoneSize && info.Meta["fencefs-tombstone"] == "1"
-}
-
-// Guard is the single door for mutations of the bucket.
+// Guard is the single door for mutations of the bucket: it binds a fencing
+// token, runs the takeover sweep, and makes every Put, Copy and Delete
+// conditional on both the object's base version and a validated epoch (see
+// the package documentation).
+//
+// Concurrency: all methods are safe for concurrent use. Mutations run in
+// parallel; Bind waits until the mutations in flight have finished and
+// holds new ones (they wait, bounded by their context) until the sweep is
+// done. Lock order: bindMu, then mu, then vmu. No lock is held across I/O.
 type Guard struct {
-	store objstore.Store
-	cfg   Config
+	// Dependencies and configuration: constant after New.
+	store  objstore.Store
+	cfg    Config
+	lay    layout
+	sizing objstore.Sizing
+	log    *slog.Logger
+	met    *metrics
+	holder string
+	bg     context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background goroutines (Prepare, intent deletion)
+
+	bindMu sync.Mutex // serialises Bind
+
+	mu       sync.Mutex
+	state    State                 // GUARDED_BY(mu)
+	token    uint64                // bound token; GUARDED_BY(mu)
+	claim    string                // claim id of the binding; GUARDED_BY(mu)
+	reg      Register              // newest register seen; GUARDED_BY(mu)
+	regETag  string                // ETag of reg ("" = none read); GUARDED_BY(mu)
+	reason   string                // why fenced; GUARDED_BY(mu)
+	sweepErr error                 // last failed sweep, while state is sweeping; GUARDED_BY(mu)
+	binding  bool                  // a Bind is draining or claiming; GUARDED_BY(mu)
+	inflight int                   // mutations in flight; GUARDED_BY(mu)
+	changed  chan struct{}         // closed and replaced on every change above; GUARDED_BY(mu)
+	closed   bool                  // GUARDED_BY(mu)
+	intents  map[string]*keyIntent // live intents by target key; GUARDED_BY(mu)
+
+	vmu      sync.Mutex
+	vPending *valRound // round callers join; not started yet; GUARDED_BY(vmu)
+	vRunning bool      // a round goroutine is running; GUARDED_BY(vmu)
+
+	delSem chan struct{} // bounds concurrent intent deletions
 }
 
-// New returns an unbound Guard.
+// tokenState is what a mutation captured at its start.
+type tokenState struct {
+	mode  Mode
+	token uint64
+	claim string
+}
+
+// New returns an unbound Guard over store (mode off: a Guard that passes
+// mutations through with per-object conditions only). It does no I/O.
+// Errors: an unknown mode, or a Holder or Domain that cannot be used.
 func New(store objstore.Store, cfg Config) (*Guard, error) {
-	return &Guard{store: store, cfg: cfg}, nil
+	if store == nil {
+		return nil, errors.New("fencing: nil store")
+	}
+	switch cfg.Mode {
+	case "":
+		cfg.Mode = ModeStrict
+	case ModeStrict, ModeFast, ModeOff:
+	default:
+		return nil, fmt.Errorf("fencing: unknown mode %q (strict, fast or off)", cfg.Mode)
+	}
+	if cfg.Domain != "" && !strings.HasSuffix(cfg.Domain, "/") {
+		return nil, fmt.Errorf("fencing: domain %q must end in \"/\"", cfg.Domain)
+	}
+	if cfg.SignedRequestValidity <= 0 {
+		cfg.SignedRequestValidity = DefaultSignedRequestValidity
+	}
+	if cfg.IntentLinger <= 0 {
+		cfg.IntentLinger = defaultIntentLinger
+	}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = defaultOpTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	holder := cfg.Holder
+	if holder == "" {
+		holder = defaultHolder()
+	}
+	if err := objstore.ValidateMeta(map[string]string{MetaHolder: holder}); err != nil || strings.ContainsAny(holder, ",@") {
+		return nil, fmt.Errorf("fencing: holder %q: use printable ASCII without ',' '@' or surrounding blanks", holder)
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	g := &Guard{
+		store:   store,
+		cfg:     cfg,
+		lay:     newLayout(cfg.Domain),
+		sizing:  objstore.SizingOf(store),
+		log:     cfg.Logger.With("component", "fencing"),
+		met:     newMetrics(cfg.Registerer),
+		holder:  holder,
+		bg:      bg,
+		cancel:  cancel,
+		state:   StateUnbound,
+		changed: make(chan struct{}),
+		intents: map[string]*keyIntent{},
+		delSem:  make(chan struct{}, 4),
+	}
+	if cfg.Mode == ModeOff {
+		g.state = StateOff
+	}
+	g.met.setState(g.state, 0, 0)
+	return g, nil
 }
 
-// Bind binds token (0 = auto).
-func (g *Guard) Bind(ctx context.Context, token uint64) (uint64, error) { return 0, ErrBadToken }
-
-// Status returns a snapshot.
-func (g *Guard) Status() Status { return Status{State: StateUnbound} }
-
-// Prepare hints that key became dirty.
-func (g *Guard) Prepare(key string) {}
-
-// Put writes key.
-func (g *Guard) Put(ctx context.Context, key string, body io.ReaderAt, size int64, base Version, meta Meta) (objstore.ObjectInfo, error) {
-	return objstore.ObjectInfo{}, ErrReadOnly
+// defaultHolder is a readable per-instance id: host name, pid and a random
+// suffix.
+func defaultHolder() string {
+	host, _ := os.Hostname()
+	var b strings.Builder
+	for _, r := range host {
+		if r > 0x20 && r < 0x7f && r != ',' && r != '@' {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() == 0 {
+		b.WriteString("host")
+	}
+	return fmt.Sprintf("%s-%d-%s", b.String(), os.Getpid(), randomID(3))
 }
 
-// Copy copies src to dst.
-func (g *Guard) Copy(ctx context.Context, src, srcETag, dst string, dstBase Version, meta Meta) (objstore.ObjectInfo, error) {
-	return objstore.ObjectInfo{}, ErrReadOnly
+// Holder returns this Guard's holder id.
+func (g *Guard) Holder() string { return g.holder }
+
+// Mode returns the Guard's mode.
+func (g *Guard) Mode() Mode { return g.cfg.Mode }
+
+// Status returns a snapshot of the Guard's state. It does no I/O.
+func (g *Guard) Status() Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := Status{
+		State:       g.state,
+		Token:       g.token,
+		Epoch:       g.reg.Epoch,
+		Holder:      g.holder,
+		EpochHolder: g.reg.Holder,
+		Reason:      g.reason,
+	}
+	if g.state == StateSweeping && g.sweepErr != nil {
+		st.Reason = "takeover sweep failed: " + g.sweepErr.Error()
+	}
+	return st
 }
 
-// Delete deletes key.
-func (g *Guard) Delete(ctx context.Context, key string, base Version) error { return ErrReadOnly }
+// broadcast wakes everything waiting for a change of state.
+// LOCKS_REQUIRED(g.mu)
+func (g *Guard) broadcast() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+	g.met.setState(g.state, g.token, g.reg.Epoch)
+}
 
-// Close flushes.
-func (g *Guard) Close(ctx context.Context) error { return nil }
+// begin admits a mutation: it waits while a Bind or sweep is in progress
+// and fails when the Guard cannot mutate. On success the caller must call
+// end.
+func (g *Guard) begin(ctx context.Context, op, key string) (tokenState, error) {
+	if err := g.checkKey(key); err != nil {
+		return tokenState{}, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for {
+		switch {
+		case g.closed:
+			return tokenState{}, fmt.Errorf("%w: the fencing guard is closed", ErrReadOnly)
+		case g.cfg.Mode == ModeOff:
+			g.inflight++
+			return tokenState{mode: ModeOff}, nil
+		case g.state == StateFenced && !g.binding:
+			g.met.refused(op)
+			return tokenState{}, fencedErr(op, key, g.reason)
+		case g.state == StateSweeping && g.sweepErr != nil && !g.binding:
+			return tokenState{}, unverifiedErr("the takeover sweep of epoch %d failed (%v); bind again to retry", g.token, g.sweepErr)
+		case g.binding || g.state == StateSweeping:
+			ch := g.changed
+			g.mu.Unlock()
+			select {
+			case <-ch:
+				g.mu.Lock()
+			case <-ctx.Done():
+				g.mu.Lock()
+				return tokenState{}, fmt.Errorf("waiting for the takeover sweep to finish: %w", ctx.Err())
+			}
+		case g.state == StateUnbound:
+			return tokenState{}, &fenceError{sentinel: ErrReadOnly, msg: fmt.Sprintf("read-only: no fencing token bound (%s %s); bind one with a token option or setfattr -n user.fencefs.token", op, key)}
+		default: // active
+			g.inflight++
+			return tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}, nil
+		}
+	}
+}
 
-// Refresh re-reads the register.
-func (g *Guard) Refresh(ctx context.Context) error { return nil }
+// end marks a mutation admitted by begin as finished.
+func (g *Guard) end() {
+	g.mu.Lock()
+	g.inflight--
+	if g.inflight == 0 {
+		g.broadcast()
+	}
+	g.mu.Unlock()
+}
+
+func (g *Guard) checkKey(key string) error {
+	if err := objstore.ValidateKey(key); err != nil {
+		return err
+	}
+	if g.lay.isProtocolKey(key) {
+		return fmt.Errorf("%w: %q is a fencefs protocol object", objstore.ErrInvalid, key)
+	}
+	return nil
+}
+
+// latchFenced latches the fenced state for the binding identified by
+// token/claim (a stale report about a previous binding is ignored).
+func (g *Guard) latchFenced(token uint64, claim, reason string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.token != token || g.claim != claim || g.state == StateFenced {
+		return
+	}
+	g.state = StateFenced
+	g.reason = reason
+	g.broadcast()
+	g.log.Warn("fenced: refusing every mutation from now on", "reason", reason, "token", token, "holder", g.holder)
+}
+
+// fenceError is an error that wraps a domain sentinel (and the storage
+// error that caused it, if any) and carries a full human-readable message.
+type fenceError struct {
+	sentinel error
+	msg      string
+	cause    error
+}
+
+func (e *fenceError) Error() string { return e.msg }
+func (e *fenceError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.sentinel}
+	}
+	return []error{e.sentinel, e.cause}
+}
+
+func fencedErr(op, key, reason string) error {
+	return &fenceError{sentinel: ErrFenced, msg: fmt.Sprintf("fenced: %s (%s %s)", reason, op, key)}
+}
+
+func staleErr(op, key, reason string) error {
+	return &fenceError{sentinel: ErrStale, msg: fmt.Sprintf("stale: %s %s: %s", op, key, reason)}
+}
+
+// unverifiedErr builds an ErrUnverified; the last error among args (if
+// any) is kept as the cause, so errors.Is still sees storage sentinels and
+// context errors.
+func unverifiedErr(format string, args ...any) error {
+	e := &fenceError{sentinel: ErrUnverified, msg: "cannot verify the epoch: " + fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			e.cause = err
+		}
+	}
+	return e
+}
+
+// Refresh re-reads the register now. On a bound Guard it validates the
+// token (latching fenced if a newer epoch exists) and returns ErrFenced or
+// ErrUnverified accordingly; on an unbound one it only updates the epoch
+// shown by Status. In mode off it does nothing. Safe to call periodically.
+func (g *Guard) Refresh(ctx context.Context) error {
+	g.mu.Lock()
+	mode, state, token, claim := g.cfg.Mode, g.state, g.token, g.claim
+	g.mu.Unlock()
+	switch {
+	case mode == ModeOff:
+		return nil
+	case state == StateUnbound:
+		reg, etag, exists, err := g.readRegister(ctx)
+		if err != nil {
+			return err
+		}
+		if exists {
+			g.noteRegister(reg, etag)
+		}
+		return nil
+	case state == StateFenced:
+		// Keep the displayed epoch fresh; the latch stays.
+		reg, etag, exists, err := g.readRegister(ctx)
+		if err == nil && exists {
+			g.noteRegister(reg, etag)
+		}
+		return g.fencedNow("refresh", "")
+	}
+	return g.validate(ctx, tokenState{mode: mode, token: token, claim: claim}, "refresh", "")
+}
+
+func (g *Guard) fencedNow(op, key string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return fencedErr(op, key, g.reason)
+}
+
+// noteRegister caches reg (with its ETag) if it is at least as new as the
+// cached one.
+func (g *Guard) noteRegister(reg Register, etag string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.regETag == "" || reg.Epoch >= g.reg.Epoch {
+		changed := reg.Epoch != g.reg.Epoch
+		g.reg, g.regETag = reg, etag
+		if changed {
+			g.met.setState(g.state, g.token, g.reg.Epoch)
+		}
+	}
+}
+
+// readRegister reads the whole register. exists=false when there is none.
+// Errors wrap ErrUnverified.
+func (g *Guard) readRegister(ctx context.Context) (Register, string, bool, error) {
+	return readRegisterObj(ctx, g.store, g.lay)
+}
+
+func readRegisterObj(ctx context.Context, store objstore.Store, lay layout) (Register, string, bool, error) {
+	rc, info, err := store.Get(ctx, lay.register(), objstore.GetOptions{})
+	if errors.Is(err, objstore.ErrNotFound) {
+		return Register{}, "", false, nil
+	}
+	if err != nil {
+		return Register{}, "", false, unverifiedErr("reading the register %s: %v", lay.register(), err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
+	if err != nil {
+		return Register{}, "", false, unverifiedErr("reading the register %s: %v", lay.register(), err)
+	}
+	reg, err := decodeRegister(b)
+	if err != nil {
+		return Register{}, "", false, err
+	}
+	return reg, objstore.NormalizeETag(info.ETag), true, nil
+}
+
+// valRound is one validation GET shared by every caller that joined it
+// before it started.
+type valRound struct {
+	done        chan struct{}
+	reg         Register
+	notModified bool
+	err         error
+}
+
+// validate checks, with a register read that starts after this call, that
+// ts's binding is still the newest. It returns nil, ErrFenced (and latches)
+// or ErrUnverified. Concurrent callers share rounds: a caller joins the
+// next round that has not started yet, so its read always follows
+// everything the caller did before calling (its intent write).
+func (g *Guard) validate(ctx context.Context, ts tokenState, op, key string) error {
+	g.vmu.Lock()
+	r := g.vPending
+	if r == nil {
+		r = &valRound{done: make(chan struct{})}
+		g.vPending = r
+	}
+	if !g.vRunning {
+		g.vRunning = true
+		g.vPending = nil
+		g.wg.Add(1)
+		go g.runRounds(r)
+	}
+	g.vmu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if r.err != nil {
+		g.met.validation("error")
+		return r.err
+	}
+	v, reason := classifyRegister(r.reg, ts.token, ts.claim)
+	switch v {
+	case verdictFenced:
+		g.met.validation("fenced")
+		g.latchFenced(ts.token, ts.claim, reason)
+		g.met.refused(op)
+		return fencedErr(op, key, reason)
+	case verdictUnverified:
+		g.met.validation("error")
+		return unverifiedErr("%s", reason)
+	}
+	if r.notModified {
+		g.met.validation("not_modified")
+	} else {
+		g.met.validation("changed")
+	}
+	return nil
+}
+
+// runRounds runs r, then any round that callers joined meanwhile.
+func (g *Guard) runRounds(r *valRound) {
+	defer g.wg.Done()
+	for r != nil {
+		g.runRound(r)
+		close(r.done)
+		g.vmu.Lock()
+		r = g.vPending
+		g.vPending = nil
+		if r == nil {
+			g.vRunning = false
+		}
+		g.vmu.Unlock()
+	}
+}
+
+// runRound does one conditional GET of the register (If-None-Match on the
+// cached ETag: normally a 304).
+func (g *Guard) runRound(r *valRound) {
+	ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+	defer cancel()
+	g.mu.Lock()
+	cached, etag := g.reg, g.regETag
+	g.mu.Unlock()
+	rc, info, err := g.store.Get(ctx, g.lay.register(), objstore.GetOptions{IfNoneMatch: etag})
+	switch {
+	case err == nil:
+	case errors.Is(err, objstore.ErrNotModified) && etag != "":
+		r.reg, r.notModified = cached, true
+		return
+	case errors.Is(err, objstore.ErrNotFound):
+		r.err = unverifiedErr("the epoch register %s is missing", g.lay.register())
+		return
+	default:
+		r.err = unverifiedErr("reading the epoch register: %v", err)
+		return
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
+	if err != nil {
+		r.err = unverifiedErr("reading the epoch register: %v", err)
+		return
+	}
+	reg, err := decodeRegister(b)
+	if err != nil {
+		r.err = err
+		return
+	}
+	r.reg = reg
+	g.noteRegister(reg, objstore.NormalizeETag(info.ETag))
+}
+
+// Close waits for the mutations in flight and the background work
+// (bounded by ctx), deletes the intents no commit needs any more, and
+// stops. Intents of commits whose outcome is unknown are left for the next
+// sweep or gc. Mutations after Close fail with ErrReadOnly.
+func (g *Guard) Close(ctx context.Context) error {
+	defer g.cancel()
+	g.mu.Lock()
+	g.closed = true
+	g.broadcast()
+	for g.inflight > 0 {
+		ch := g.changed
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("closing the fencing guard: %w", ctx.Err())
+		}
+		g.mu.Lock()
+	}
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("closing the fencing guard: %w", ctx.Err())
+	}
+	g.mu.Lock()
+	var names []string
+	for k, ki := range g.intents {
+		if ki.refs == 0 && ki.writtenOnce && !ki.orphan {
+			names = append(names, ki.name)
+		}
+		delete(g.intents, k)
+	}
+	g.mu.Unlock()
+	var errs []error
+	for _, n := range names {
+		if err := g.store.Delete(ctx, n, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("closing the fencing guard: deleting intents: %w", errors.Join(errs...))
+	}
+	return nil
+}

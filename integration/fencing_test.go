@@ -159,6 +159,10 @@ func TestFrozenLeaderCannotLandWritesAfterTakeover(t *testing.T) {
 	gw := gateway.ForTest(t)
 	bucket := gateway.NewBucket(t, gw)
 	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
+	// B is mounted now, read-only, and takes over later through the root
+	// xattr: starting a process while A is frozen would hang, since exec
+	// closes the test's inherited descriptors on A's mount (a FUSE flush).
+	b := harness.Mount(t, gw, bucket, "--holder", "B")
 
 	// A dirty handle: written, not yet closed.
 	dirty, err := os.OpenFile(a.Path("dirty"), os.O_CREATE|os.O_WRONLY, 0o644)
@@ -215,7 +219,9 @@ func TestFrozenLeaderCannotLandWritesAfterTakeover(t *testing.T) {
 	}()
 	bigBefore := readObject(t, gw, bucket, "big")
 
-	b := harness.Mount(t, gw, bucket, "--token", "18", "--holder", "B")
+	if err := unix.Setxattr(b.Dir, "user.fencefs.token", []byte("18"), 0); err != nil {
+		t.Fatalf("B binds 18: %v", err)
+	}
 	if err := os.WriteFile(b.Path("dirty"), []byte("B's bytes"), 0o644); err != nil {
 		t.Fatal(err)
 	}

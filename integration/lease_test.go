@@ -601,3 +601,42 @@ func TestRunExitsWithTheCommandsStatusAndReportsStartFailures(t *testing.T) {
 		})
 	}
 }
+
+func TestRunInterruptedWhileWaitingExitsWithoutRunningTheCommand(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	m := harness.Mount(t, gw, bucket)
+	dir := t.TempDir()
+	logPath, doneA := filepath.Join(dir, "children.log"), filepath.Join(dir, "done-a")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	runA := startRun(t, gw, "A", "leader", m.Dir, []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=hold", "LEASE_CHILD_UNTIL=" + doneA}, "--ttl", "10m")
+	var startA childEvent
+	waitUntil(ctx, t, "A's command starts", func() bool {
+		var ok bool
+		startA, ok = findEvent(readChildLog(t, logPath), func(e childEvent) bool { return e.kind == "start" })
+		return ok
+	})
+	killGroupOnCleanup(t, startA.pid)
+	runB := startRun(t, gw, "B", "leader", m.Dir, []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=hold", "LEASE_CHILD_HOLD=1ms"}, "--ttl", "10m")
+	waitUntil(ctx, t, "B waits for the lease", func() bool { return strings.Contains(runB.output(), "holder=") })
+	if err := runB.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := runB.wait(ctx, t); code != 130 || !strings.Contains(runB.output(), "fencefs: run: interrupted by interrupt while waiting for lease leader") {
+		t.Errorf("fencefs run B exited %d; want 130 with one line saying so; output:\n%s", code, runB.output())
+	}
+	if _, ok := findEvent(readChildLog(t, logPath), func(e childEvent) bool { return e.name == "B" }); ok {
+		t.Errorf("B's command ran although B was interrupted while waiting")
+	}
+	if lo := leaseObject(ctx, t, gw, bucket, "leader"); lo["released"] == true || uint64(lo["token"].(float64)) != startA.token {
+		t.Errorf("lease object after B gave up = %v; want still A's (token %d)", lo, startA.token)
+	}
+	if err := os.WriteFile(doneA, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := runA.wait(ctx, t); code != 0 {
+		t.Errorf("fencefs run A exited %d; output:\n%s", code, runA.output())
+	}
+}

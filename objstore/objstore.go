@@ -100,8 +100,9 @@ type PutOptions struct {
 
 // GetOptions configures Get.
 type GetOptions struct {
-	// Offset and Length select a byte range; Length < 0 means to the end.
-	// A zero GetOptions reads the whole object.
+	// Offset and Length select a byte range; Length <= 0 means to the end
+	// (so a zero GetOptions reads the whole object). An Offset at or past
+	// the end gives an empty body.
 	Offset, Length int64
 	// IfMatch pins the read to one version: if the object's ETag differs the
 	// read fails with ErrPrecondition (also if it changes mid-read).

@@ -12,6 +12,8 @@
 //     with ErrNotFound when src is missing. Its result has the ETag a Put of
 //     the same content with opts.Shape would have. Nil opts.Meta keeps the
 //     source's metadata; an empty ContentType keeps the source's.
+//   - Delete of a missing key succeeds, also with If-Match (the Versity
+//     gateway answers so); If-Match of another ETag is ErrPrecondition.
 //   - Get reads a snapshot of one version: a reader opened before an
 //     overwrite keeps returning the old bytes (never a mix).
 //   - List is strongly consistent and in lexical order, common prefixes
@@ -422,8 +424,9 @@ func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, opts objstor
 	return ev.Info, nil
 }
 
-// Delete implements objstore.Store. Without a condition a missing key is
-// not an error; If-Match on a missing key is ErrPrecondition.
+// Delete implements objstore.Store. Deleting a missing key succeeds, also
+// with If-Match (as the Versity gateway answers); If-Match of another ETag
+// is ErrPrecondition; If-None-Match is ErrInvalid.
 func (s *Store) Delete(ctx context.Context, key string, cond objstore.Condition) error {
 	ev := Event{Op: OpDelete, Key: key, Cond: cond}
 	if err := s.before(ctx, ev); err != nil {
@@ -439,6 +442,11 @@ func (s *Store) Delete(ctx context.Context, key string, cond objstore.Condition)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		o := s.objects[key]
+		if o == nil {
+			// Nothing to delete: success, conditional or not, as the
+			// Versity gateway answers.
+			return nil
+		}
 		if !s.opts.IgnoreDeleteConditions {
 			if err := s.check(OpDelete, key, o, cond); err != nil {
 				return err

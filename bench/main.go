@@ -1,0 +1,342 @@
+// Command bench measures fencefs against its peers on one machine and one
+// local S3 server, and prints (and saves) a markdown table. It is what
+// `make bench` runs:
+//
+//	go run ./bench -bin bin/fencefs -gateway bin/versitygw
+//
+// One run starts one Versity S3 gateway on 127.0.0.1 and measures, on a fresh
+// bucket per target and per run:
+//
+//   - raw: a minio-go client talking to the gateway directly, the upper bound
+//     (signed multipart PUT and a single-stream GET of the large object, serial
+//     signed PUTs of the small ones …);
+//   - fencefs-strict, fencefs-fast, fencefs-off: the fencefs binary in each
+//     fence mode;
+//   - s3fs: s3fs-fuse from Debian, foreground, default options;
+//   - rclone-off and rclone-writes: `rclone mount` with --vfs-cache-mode off
+//     and writes.
+//
+// The workloads run as plain system calls from this process on the kernel
+// mounts (each mount is a separate process): sequential write and read of a
+// large file, create+write+close / stat / readdir / read / unlink of many
+// small files, renames of files and of a directory, the time to mount, and
+// the peak RSS of each mount process. A write counts when the object is in
+// the bucket when close(2) returns: the benchmark checks that with its own S3
+// client and marks targets where it is not so as "not durable at close".
+//
+// Runs are interleaved (run 1 of every target, then run 2 …) so that drift on
+// the machine spreads over all targets; the table shows medians, ratios to
+// the raw client and to each peer, and whether the performance goals of
+// issue 8 are met. -quick is a smoke run that takes well under two minutes.
+//
+// Everything the benchmark starts (gateway, mounts) is stopped on every path:
+// normal exit, error, and SIGINT/SIGTERM; a hung mount is killed and lazily
+// unmounted by a per-target watchdog.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fencefs/fencefs/integration/gateway"
+)
+
+// config is everything a benchmark run is parameterised by; see the flags
+// in parseFlags for the meaning of each field.
+type config struct {
+	FencefsBin    string
+	GatewayBin    string
+	LargeSize     int64 // bytes of the sequential write/read file
+	SmallCount    int   // number of small files
+	SmallSize     int   // bytes per small file
+	RenameFiles   int   // files renamed one by one
+	DirFiles      int   // files in the renamed directory
+	Runs          int
+	Only          []string // target names; empty = all
+	Quick         bool
+	Out           string // results file; "" = the default path, "-" = none
+	WorkDir       string
+	Keep          bool
+	CheckEvery    int   // durability check of every Nth small file (1 = all)
+	PartSize      int64 // raw client's multipart part size
+	RawThreads    int   // raw client's parallel part uploads
+	WriteChunk    int   // bytes per write(2)/read(2) on the large file
+	TargetTimeout time.Duration
+	FencefsArgs   []string      // extra arguments for every fencefs mount
+	PerfDir       string        // record `perf` profiles of fencefs mounts here; "" = off
+	CountRequests bool          // count fencefs's S3 requests per operation (its metrics endpoint)
+	QuietIdle     float64       // wait before each target run until the CPU is this idle (0 = don't)
+	QuietWait     time.Duration // … for at most this long
+	Verbose       bool
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	level := slog.LevelInfo
+	if cfg.Verbose {
+		level = slog.LevelDebug
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags parses the command line into a config and applies -quick.
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var c config
+	var size, smallSize, partSize, chunk, only, fencefsArgs string
+	fs.StringVar(&c.FencefsBin, "bin", "bin/fencefs", "fencefs binary")
+	fs.StringVar(&c.GatewayBin, "gateway", "", "versitygw binary (default: $FENCEFS_VERSITYGW, <repo>/bin/versitygw, $PATH)")
+	fs.StringVar(&size, "size", "1GiB", "size of the sequentially written and read file")
+	fs.IntVar(&c.SmallCount, "small", 1000, "number of small files")
+	fs.StringVar(&smallSize, "small-size", "4KiB", "size of each small file")
+	fs.IntVar(&c.RenameFiles, "rename-files", 100, "number of files renamed one by one")
+	fs.IntVar(&c.DirFiles, "dir-files", 100, "number of files in the renamed directory")
+	fs.IntVar(&c.Runs, "runs", 3, "runs per target (the table shows medians)")
+	fs.StringVar(&only, "only", "", "comma-separated targets to run (default all): "+strings.Join(targetNames(), ","))
+	fs.BoolVar(&c.Quick, "quick", false, "smoke run: small sizes, one run, no results file unless -out is given")
+	fs.StringVar(&c.Out, "out", "", `results file (default bench/results/<date>-<host>.md; "-" = none)`)
+	fs.StringVar(&c.WorkDir, "workdir", "", "directory for the gateway data, mountpoints, caches and logs (default: a new directory in /var/tmp)")
+	fs.BoolVar(&c.Keep, "keep", false, "keep the work directory (logs) afterwards")
+	fs.IntVar(&c.CheckEvery, "check-every", 10, "check durability at close of every Nth small file (1 = every file)")
+	fs.StringVar(&partSize, "part-size", "16MiB", "raw client's multipart part size (minio-go's default)")
+	fs.IntVar(&c.RawThreads, "raw-threads", 4, "raw client's parallel part uploads (minio-go's default)")
+	fs.StringVar(&chunk, "chunk", "1MiB", "bytes per write(2)/read(2) call on the large file")
+	fs.DurationVar(&c.TargetTimeout, "target-timeout", 20*time.Minute, "watchdog: a target run taking longer is killed")
+	fs.StringVar(&fencefsArgs, "fencefs-args", "", "extra space-separated arguments for every fencefs mount")
+	fs.StringVar(&c.PerfDir, "perf", "", "record a `perf` CPU profile of every fencefs mount per workload into this directory")
+	fs.BoolVar(&c.CountRequests, "requests", true, "count fencefs's S3 requests per operation through its metrics endpoint")
+	fs.Float64Var(&c.QuietIdle, "quiet", 0.8, "before each target run, wait until the machine's CPUs are this idle over 2s (0 = don't wait); the idle fraction is reported")
+	fs.DurationVar(&c.QuietWait, "quiet-wait", 3*time.Minute, "longest wait for -quiet before measuring anyway")
+	fs.BoolVar(&c.Verbose, "v", false, "log every step")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.Quick {
+		// Quick sizes, unless given explicitly.
+		if !set["size"] {
+			size = "32MiB"
+		}
+		if !set["small"] {
+			c.SmallCount = 100
+		}
+		if !set["rename-files"] {
+			c.RenameFiles = 20
+		}
+		if !set["dir-files"] {
+			c.DirFiles = 20
+		}
+		if !set["runs"] {
+			c.Runs = 1
+		}
+		if !set["out"] {
+			c.Out = "-"
+		}
+		if !set["quiet"] {
+			c.QuietIdle = 0
+		}
+	}
+	var err error
+	if c.LargeSize, err = parseSize(size); err != nil {
+		return c, fmt.Errorf("-size: %w", err)
+	}
+	ss, err := parseSize(smallSize)
+	if err != nil {
+		return c, fmt.Errorf("-small-size: %w", err)
+	}
+	c.SmallSize = int(ss)
+	if c.PartSize, err = parseSize(partSize); err != nil {
+		return c, fmt.Errorf("-part-size: %w", err)
+	}
+	ch, err := parseSize(chunk)
+	if err != nil {
+		return c, fmt.Errorf("-chunk: %w", err)
+	}
+	c.WriteChunk = int(ch)
+	if c.Runs < 1 || c.SmallCount < 1 || c.SmallSize < 1 || c.RenameFiles < 1 || c.DirFiles < 1 ||
+		c.CheckEvery < 1 || c.RawThreads < 1 || c.WriteChunk < 1 || c.LargeSize < 1 {
+		return c, errors.New("counts and sizes must be positive")
+	}
+	if only != "" {
+		for _, name := range strings.Split(only, ",") {
+			name = strings.TrimSpace(name)
+			if !slices.Contains(targetNames(), name) {
+				return c, fmt.Errorf("-only: unknown target %q (known: %s)", name, strings.Join(targetNames(), ","))
+			}
+			c.Only = append(c.Only, name)
+		}
+	}
+	c.FencefsArgs = strings.Fields(fencefsArgs)
+	return c, nil
+}
+
+// run is the whole benchmark: start the gateway, measure every selected
+// target Runs times, print and save the report. It returns after everything
+// it started has been stopped.
+func run(ctx context.Context, cfg config) (err error) {
+	if cfg.FencefsBin, err = filepath.Abs(cfg.FencefsBin); err != nil {
+		return err
+	}
+	if cfg.WorkDir == "" {
+		if cfg.WorkDir, err = os.MkdirTemp(defaultWorkParent(), "fencefs-bench-"); err != nil {
+			return err
+		}
+	} else if err = os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+		return err
+	}
+	if cfg.WorkDir, err = filepath.Abs(cfg.WorkDir); err != nil {
+		return err
+	}
+	defer func() {
+		if cfg.Keep || err != nil {
+			fmt.Fprintf(os.Stderr, "work directory (logs) kept at %s\n", cfg.WorkDir)
+			return
+		}
+		os.RemoveAll(cfg.WorkDir)
+	}()
+	if cfg.PerfDir != "" {
+		if cfg.PerfDir, err = filepath.Abs(cfg.PerfDir); err != nil {
+			return err
+		}
+		if err = os.MkdirAll(cfg.PerfDir, 0o755); err != nil {
+			return err
+		}
+	}
+
+	gctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	gw, err := gateway.Start(gctx, gateway.Options{Bin: cfg.GatewayBin, Dir: filepath.Join(cfg.WorkDir, "gateway")})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("starting the gateway: %w", err)
+	}
+	defer func() {
+		if serr := gw.Stop(); serr != nil {
+			slog.Warn("stopping the gateway", "err", serr)
+		}
+	}()
+	slog.Info("gateway started", "endpoint", gw.Endpoint, "dir", gw.Dir)
+
+	env, err := newBenchEnv(ctx, cfg, gw)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+
+	targets := selectTargets(cfg)
+	res := newResults(cfg, targets)
+	res.Machine = describeMachine(cfg)
+	start := time.Now()
+	for r := 1; r <= cfg.Runs; r++ {
+		for _, t := range targets {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			idle := waitQuiet(ctx, cfg)
+			slog.Info("measuring", "target", t.Name(), "run", r, "of", cfg.Runs, "cpu_idle", fmt.Sprintf("%.0f%%", 100*idle))
+			m, rerr := env.measure(ctx, t, r)
+			m.idle = idle
+			if rerr != nil {
+				slog.Error("target run failed", "target", t.Name(), "run", r, "err", rerr)
+				res.addError(t.Name(), r, rerr)
+			}
+			res.add(t.Name(), m)
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	res.Elapsed = time.Since(start)
+
+	report := res.markdown()
+	fmt.Println(report)
+	if out := resultsPath(cfg); out != "" {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "results saved to %s\n", out)
+	}
+	return nil
+}
+
+// waitQuiet waits, up to cfg.QuietWait, until the machine's CPUs were at
+// least cfg.QuietIdle idle over two seconds, and returns the last idle
+// fraction seen (without -quiet, one sample). Other processes competing for
+// the CPUs make a run noisy; the fraction is reported with each run.
+func waitQuiet(ctx context.Context, cfg config) float64 {
+	deadline := time.Now().Add(cfg.QuietWait)
+	logged := false
+	for {
+		idle, err := cpuIdle(2 * time.Second)
+		if err != nil {
+			slog.Warn("reading CPU idle time", "err", err)
+			return -1
+		}
+		if cfg.QuietIdle <= 0 || idle >= cfg.QuietIdle || time.Now().After(deadline) || ctx.Err() != nil {
+			return idle
+		}
+		if !logged {
+			slog.Info("waiting for the machine to be idle", "idle", fmt.Sprintf("%.0f%%", 100*idle),
+				"want", fmt.Sprintf("%.0f%%", 100*cfg.QuietIdle), "at_most", cfg.QuietWait)
+			logged = true
+		}
+	}
+}
+
+// defaultWorkParent is where the work directory goes by default: /var/tmp,
+// not $TMPDIR, because the integration test harness lazily unmounts every
+// fuse.fencefs mount it finds under $TMPDIR when a test binary exits, which
+// would pull the benchmark's mounts away if tests run at the same time.
+func defaultWorkParent() string {
+	if fi, err := os.Stat("/var/tmp"); err == nil && fi.IsDir() && !strings.HasPrefix("/var/tmp", os.TempDir()) {
+		return "/var/tmp"
+	}
+	return ""
+}
+
+// resultsPath is where the report is saved: -out, or for a full run
+// bench/results/<date>-<host>.md under the repository root; "" for none.
+func resultsPath(cfg config) string {
+	if cfg.Out == "-" {
+		return ""
+	}
+	if cfg.Out != "" {
+		return cfg.Out
+	}
+	root, err := gateway.RepoRoot()
+	if err != nil {
+		root = "."
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "unknown"
+	}
+	return filepath.Join(root, "bench", "results", time.Now().Format("2006-01-02")+"-"+host+".md")
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// isMounted reports whether dir is a mountpoint in /proc/self/mountinfo.
+func isMounted(dir string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	clean := filepath.Clean(dir)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent maj:min root mountpoint opts …
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 5 && unescapeMountinfo(fields[4]) == clean {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescapeMountinfo decodes the octal escapes (\040 for a space …) of
+// /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// unmount makes sure dir is not a mountpoint: fusermount3 -u a few times
+// (EBUSY while the kernel drains), then a lazy unmount, which is reported as
+// an error.
+func unmount(dir string) error {
+	for i := 0; i < 20; i++ {
+		ok, err := isMounted(dir)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		if exec.Command("fusermount3", "-u", dir).Run() == nil {
+			continue
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, err := exec.Command("fusermount3", "-uz", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("lazy unmount of %s failed: %v: %s", dir, err, bytes.TrimSpace(out))
+	}
+	return fmt.Errorf("%s stayed busy; lazily unmounted", dir)
+}
+
+// peakRSS returns the peak resident set size (VmHWM) of process pid in bytes.
+func peakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseVmHWM(b)
+}
+
+// parseVmHWM extracts VmHWM (in bytes) from the text of /proc/PID/status.
+func parseVmHWM(status []byte) (int64, error) {
+	for _, line := range strings.Split(string(status), "\n") {
+		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("unexpected VmHWM line %q", line)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("VmHWM line %q: %w", line, err)
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc status")
+}
+
+// resetPeakRSS resets the peak RSS of pid to its current RSS (writing 5 to
+// /proc/PID/clear_refs, Linux ≥ 4.0), so that the next peakRSS is the peak of
+// what happened in between. It needs the right to ptrace pid (same user or
+// root).
+func resetPeakRSS(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+}
+
+// cpuTimes reads the aggregate "cpu" line of /proc/stat: idle ticks and
+// total ticks.
+func cpuTimes() (idle, total uint64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("unexpected /proc/stat line %q", line)
+	}
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		total += v
+		if i == 3 { // idle; iowait (i == 4) is not idle for us: the disk is busy
+			idle = v
+		}
+	}
+	return idle, total, nil
+}
+
+// cpuIdle returns the fraction of CPU time the whole machine was idle
+// during d.
+func cpuIdle(d time.Duration) (float64, error) {
+	i0, t0, err := cpuTimes()
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(d)
+	i1, t1, err := cpuTimes()
+	if err != nil {
+		return 0, err
+	}
+	if t1 == t0 {
+		return 0, fmt.Errorf("no CPU ticks in %v", d)
+	}
+	return float64(i1-i0) / float64(t1-t0), nil
+}

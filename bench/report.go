@@ -1,0 +1,569 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fencefs/fencefs/integration/gateway"
+)
+
+// metricDef describes one column of the tables.
+type metricDef struct {
+	key          string
+	title        string
+	unit         string
+	higherBetter bool // throughput; else a time or a size
+	speed        bool // goes into the ratio tables
+}
+
+// metricDefs returns the table's columns, titled with the sizes of cfg.
+func metricDefs(cfg config) []metricDef {
+	return []metricDef{
+		{mSeqWrite, "seq write " + sizeString(cfg.LargeSize), "MiB/s", true, true},
+		{mSeqRead, "seq read " + sizeString(cfg.LargeSize), "MiB/s", true, true},
+		{mCreate, fmt.Sprintf("create+write+close %d×%s", cfg.SmallCount, sizeString(int64(cfg.SmallSize))), "ops/s", true, true},
+		{mStat, "stat", "ops/s", true, true},
+		{mReaddir, "readdir", "entries/s", true, true},
+		{mRead, "read", "ops/s", true, true},
+		{mUnlink, "unlink", "ops/s", true, true},
+		{mRename, "rename file", "ops/s", true, true},
+		{mRenameDir, fmt.Sprintf("rename dir (%d files)", cfg.DirFiles), "s", false, true},
+		{mMount, "mount", "s", false, false},
+		{mRSSWrite, "peak RSS, seq write", "MiB", false, false},
+		{mRSSPeak, "peak RSS, all", "MiB", false, false},
+	}
+}
+
+// results collects the measurements of every target and run.
+type results struct {
+	cfg     config
+	targets []target
+	runs    map[string][]*measurement // target name → runs
+	errors  map[string][]string       // target name → "run N: error"
+	Machine []kv
+	Elapsed time.Duration
+}
+
+func newResults(cfg config, targets []target) *results {
+	return &results{cfg: cfg, targets: targets, runs: map[string][]*measurement{}, errors: map[string][]string{}}
+}
+
+func (r *results) add(target string, m *measurement) {
+	if m != nil {
+		r.runs[target] = append(r.runs[target], m)
+	}
+}
+
+func (r *results) addError(target string, run int, err error) {
+	msg := strings.TrimSpace(err.Error())
+	if len(msg) > 1500 {
+		msg = msg[:1500] + " …"
+	}
+	r.errors[target] = append(r.errors[target], fmt.Sprintf("run %d: %s", run, msg))
+}
+
+// median is the median of a metric over the runs of a target that measured
+// it (NaN if none did).
+func (r *results) median(target, key string) float64 {
+	var xs []float64
+	for _, m := range r.runs[target] {
+		if v, ok := m.values[key]; ok {
+			xs = append(xs, v)
+		}
+	}
+	return median(xs)
+}
+
+// durable reports whether every durability check of target passed, and the
+// counts.
+func (r *results) durable(target string) (ok bool, checks, failed int) {
+	for _, m := range r.runs[target] {
+		checks += m.checks
+		failed += len(m.failures)
+	}
+	return failed == 0, checks, failed
+}
+
+// speedRatio is how many times faster a is than b on metric d (NaN when a
+// value is missing): a/b for throughputs, b/a for times.
+func speedRatio(d metricDef, a, b float64) float64 {
+	if math.IsNaN(a) || math.IsNaN(b) || a <= 0 || b <= 0 {
+		return math.NaN()
+	}
+	if d.higherBetter {
+		return a / b
+	}
+	return b / a
+}
+
+// goal is one performance target of issue 8, as a ratio or a limit.
+type goal struct {
+	desc   string
+	target string
+	metric string
+	// ref and factor: speedRatio(target, ref) ≥ factor; or when ref is ""
+	// the target's value ≤ limit.
+	ref    string
+	factor float64
+	limit  float64
+}
+
+// goals are the targets of issue 8 (measured on a 2-core machine).
+var goals = []goal{
+	{desc: "seq write strict ≥ 0.8× raw signed PUT", target: "fencefs-strict", metric: mSeqWrite, ref: "raw", factor: 0.8},
+	{desc: "seq read strict ≥ 0.8× raw GET", target: "fencefs-strict", metric: mSeqRead, ref: "raw", factor: 0.8},
+	{desc: "small create strict ≥ 2× s3fs", target: "fencefs-strict", metric: mCreate, ref: "s3fs", factor: 2},
+	{desc: "small create strict ≥ 1× rclone (cache off)", target: "fencefs-strict", metric: mCreate, ref: "rclone-off", factor: 1},
+	{desc: "small create fast ≥ 3× s3fs", target: "fencefs-fast", metric: mCreate, ref: "s3fs", factor: 3},
+	{desc: "small create off ≥ 0.7× raw serial PUT", target: "fencefs-off", metric: mCreate, ref: "raw", factor: 0.7},
+	{desc: "peak RSS writing the large file ≤ 256 MiB (strict)", target: "fencefs-strict", metric: mRSSWrite, limit: 256},
+	{desc: "peak RSS writing the large file ≤ 256 MiB (fast)", target: "fencefs-fast", metric: mRSSWrite, limit: 256},
+	{desc: "peak RSS writing the large file ≤ 256 MiB (off)", target: "fencefs-off", metric: mRSSWrite, limit: 256},
+	{desc: "strict overhead on large writes ≤ 5% vs off", target: "fencefs-strict", metric: mSeqWrite, ref: "fencefs-off", factor: 0.95},
+	{desc: "strict overhead on large reads ≤ 5% vs off", target: "fencefs-strict", metric: mSeqRead, ref: "fencefs-off", factor: 0.95},
+}
+
+// evaluate returns the measured value (a ratio, or the value for a limit)
+// and "✓", "✗" or "n/a". A target that is not durable at close fails every
+// goal: the comparison would not be like with like.
+func (r *results) evaluate(g goal, defs map[string]metricDef) (string, string) {
+	v := r.median(g.target, g.metric)
+	if math.IsNaN(v) {
+		return "–", "n/a"
+	}
+	ok, _, _ := r.durable(g.target)
+	if g.ref == "" {
+		met := v <= g.limit
+		return fmt.Sprintf("%s MiB", num(v)), mark(met && ok)
+	}
+	ratio := speedRatio(defs[g.metric], v, r.median(g.ref, g.metric))
+	if math.IsNaN(ratio) {
+		return "–", "n/a"
+	}
+	return fmt.Sprintf("%.2f×", ratio), mark(ratio >= g.factor && ok)
+}
+
+func mark(ok bool) string {
+	if ok {
+		return "✓"
+	}
+	return "✗"
+}
+
+// num formats a value with about three significant digits.
+func num(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "–"
+	case math.Abs(v) >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func ratioString(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+// table writes a markdown table.
+func table(b *bytes.Buffer, header []string, rows [][]string) {
+	b.WriteString("| " + strings.Join(header, " | ") + " |\n|")
+	for range header {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, row := range rows {
+		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+	}
+	b.WriteString("\n")
+}
+
+// peers are the other filesystems fencefs is compared with.
+var peers = []string{"s3fs", "rclone-off", "rclone-writes"}
+
+// markdown renders the whole report.
+func (r *results) markdown() string {
+	var b bytes.Buffer
+	cfg := r.cfg
+	defs := metricDefs(cfg)
+	byKey := map[string]metricDef{}
+	for _, d := range defs {
+		byKey[d.key] = d
+	}
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "# fencefs benchmark — %s on %s\n\n", time.Now().Format("2006-01-02 15:04 MST"), host)
+	mode := fmt.Sprintf("%d runs per target, medians", cfg.Runs)
+	if cfg.Quick {
+		mode = "**quick smoke run** (small sizes, not comparable with full runs); " + mode
+	}
+	fmt.Fprintf(&b, "%s; large file %s, %d small files of %s, %d renamed files, a %d-file directory; took %s.\n\n",
+		mode, sizeString(cfg.LargeSize), cfg.SmallCount, sizeString(int64(cfg.SmallSize)),
+		cfg.RenameFiles, cfg.DirFiles, r.Elapsed.Round(time.Second))
+
+	// Medians.
+	b.WriteString("## Results (median of runs)\n\n")
+	header := []string{"target", "durable at close"}
+	for _, d := range defs {
+		header = append(header, fmt.Sprintf("%s (%s)", d.title, d.unit))
+	}
+	var rows [][]string
+	for _, t := range r.targets {
+		row := []string{"**" + t.Name() + "**", r.durableString(t)}
+		for _, d := range defs {
+			row = append(row, num(r.median(t.Name(), d.key)))
+		}
+		rows = append(rows, row)
+	}
+	table(&b, header, rows)
+
+	var speedDefs []metricDef
+	for _, d := range defs {
+		if d.speed {
+			speedDefs = append(speedDefs, d)
+		}
+	}
+	ratioTable := func(pairs [][2]string) {
+		header := []string{"target / reference"}
+		for _, d := range speedDefs {
+			header = append(header, d.title)
+		}
+		var rows [][]string
+		for _, p := range pairs {
+			if len(r.runs[p[0]]) == 0 || len(r.runs[p[1]]) == 0 {
+				continue
+			}
+			row := []string{p[0] + " / " + p[1]}
+			for _, d := range speedDefs {
+				row = append(row, ratioString(speedRatio(d, r.median(p[0], d.key), r.median(p[1], d.key))))
+			}
+			rows = append(rows, row)
+		}
+		if len(rows) == 0 {
+			b.WriteString("(not measured)\n\n")
+			return
+		}
+		table(&b, header, rows)
+	}
+
+	b.WriteString("## Speed relative to the raw client (higher is better)\n\n")
+	var pairs [][2]string
+	for _, t := range r.targets {
+		if t.Name() != "raw" {
+			pairs = append(pairs, [2]string{t.Name(), "raw"})
+		}
+	}
+	ratioTable(pairs)
+
+	b.WriteString("## fencefs relative to each peer (higher is better)\n\n")
+	pairs = nil
+	for _, t := range r.targets {
+		if strings.HasPrefix(t.Name(), "fencefs") {
+			for _, p := range peers {
+				pairs = append(pairs, [2]string{t.Name(), p})
+			}
+		}
+	}
+	ratioTable(pairs)
+
+	b.WriteString("## Goals (issue 8)\n\n")
+	rows = nil
+	for _, g := range goals {
+		v, m := r.evaluate(g, byKey)
+		rows = append(rows, []string{g.desc, v, m})
+	}
+	table(&b, []string{"goal", "measured", "met"}, rows)
+
+	r.requestsTable(&b, defs)
+
+	if len(r.errors) > 0 || r.anyFailures() {
+		b.WriteString("## Errors and failed durability checks\n\n")
+		for _, t := range r.targets {
+			for _, e := range r.errors[t.Name()] {
+				fmt.Fprintf(&b, "- **%s** %s\n", t.Name(), indentLines(e))
+			}
+			for _, m := range r.runs[t.Name()] {
+				for i, f := range m.failures {
+					if i == 5 {
+						fmt.Fprintf(&b, "- **%s** run %d: … %d more\n", t.Name(), m.run, len(m.failures)-5)
+						break
+					}
+					fmt.Fprintf(&b, "- **%s** run %d: %s\n", t.Name(), m.run, f)
+				}
+			}
+		}
+		b.WriteString("\n")
+	}
+
+	b.WriteString("## Every run\n\n")
+	b.WriteString("`idle` is the share of the machine's CPU time that was idle in the 2 s before the run (other load makes a run noisy).\n\n")
+	header = []string{"target", "run", "idle"}
+	for _, d := range defs {
+		header = append(header, d.key)
+	}
+	rows = nil
+	for _, t := range r.targets {
+		for _, m := range r.runs[t.Name()] {
+			idle := "?"
+			if m.idle >= 0 {
+				idle = fmt.Sprintf("%.0f%%", 100*m.idle)
+			}
+			row := []string{t.Name(), fmt.Sprint(m.run), idle}
+			if m.profiled {
+				row[1] += " (perf)"
+			}
+			for _, d := range defs {
+				v, ok := m.values[d.key]
+				if !ok {
+					v = math.NaN()
+				}
+				row = append(row, num(v))
+			}
+			rows = append(rows, row)
+		}
+	}
+	table(&b, header, rows)
+
+	b.WriteString("## Method\n\n")
+	b.WriteString(method(cfg))
+	b.WriteString("\n## Machine\n\n")
+	for _, m := range r.Machine {
+		fmt.Fprintf(&b, "- %s: %s\n", m.k, m.v)
+	}
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(&b, "- load average at end: %s\n", strings.TrimSpace(string(la)))
+	}
+	fmt.Fprintf(&b, "\nReproduce: `make bench` (or `go run ./bench -bin bin/fencefs -gateway bin/versitygw %s`).\n",
+		strings.Join(reproFlags(cfg), " "))
+	return b.String()
+}
+
+// requestsTable writes the S3 requests per operation of the targets that
+// report them (fencefs, through its metrics), median over runs.
+func (r *results) requestsTable(b *bytes.Buffer, defs []metricDef) {
+	var phases []metricDef
+	for _, d := range defs {
+		if d.speed {
+			phases = append(phases, d)
+		}
+	}
+	var rows [][]string
+	for _, t := range r.targets {
+		runs := r.runs[t.Name()]
+		row := []string{t.Name()}
+		any := false
+		for _, d := range phases {
+			// Every run that counted the phase contributes a value for
+			// every kind (0 when it made no such request).
+			var counted []map[string]float64
+			kinds := map[string][]float64{}
+			for _, m := range runs {
+				if c, ok := m.requests[d.key]; ok {
+					counted = append(counted, c)
+					for k := range c {
+						kinds[k] = nil
+					}
+				}
+			}
+			for k := range kinds {
+				for _, c := range counted {
+					kinds[k] = append(kinds[k], c[k])
+				}
+			}
+			if len(kinds) == 0 {
+				row = append(row, "–")
+				continue
+			}
+			any = true
+			row = append(row, requestCell(kinds))
+		}
+		if any {
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("## S3 requests per operation (fencefs metrics, median of runs)\n\n")
+	b.WriteString("Counted by the mount itself (`fencefs_s3_requests_total`), retries included; background requests " +
+		"(intent deletions) count in the phase in which they are sent.\n\n")
+	header := []string{"target"}
+	for _, d := range phases {
+		header = append(header, d.title)
+	}
+	table(b, header, rows)
+}
+
+// requestCell formats request kinds → per-run values as "put 1, head 2 (3)",
+// kinds sorted by name, with the total.
+func requestCell(kinds map[string][]float64) string {
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var parts []string
+	total := 0.0
+	for _, k := range names {
+		v := median(kinds[k])
+		total += v
+		parts = append(parts, k+" "+num(v))
+	}
+	return strings.Join(parts, ", ") + " (" + num(total) + ")"
+}
+
+func indentLines(s string) string { return strings.ReplaceAll(s, "\n", "\n  ") }
+
+func (r *results) anyFailures() bool {
+	for _, t := range r.targets {
+		if ok, _, _ := r.durable(t.Name()); !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// durableString is the "durable at close" cell: what was observed, and
+// whether it matches what the target promises.
+func (r *results) durableString(t target) string {
+	ok, checks, failed := r.durable(t.Name())
+	switch {
+	case checks == 0:
+		return "–"
+	case ok:
+		return fmt.Sprintf("yes (%d checks)", checks)
+	case !t.DurableAtClose():
+		return fmt.Sprintf("**no** (%d/%d missing; uploads later by design)", failed, checks)
+	default:
+		return fmt.Sprintf("**NO** (%d/%d failed)", failed, checks)
+	}
+}
+
+// method describes how the numbers were obtained.
+func method(cfg config) string {
+	return fmt.Sprintf(`- One Versity S3 gateway on 127.0.0.1 (posix backend), a fresh bucket per target and run; runs interleaved across targets.
+- Workloads are plain system calls from the benchmark process on each kernel mount, in this order: sequential read of a %[1]s object
+  the mount has never seen (%[2]s read(2) calls), sequential write of a %[1]s file (%[2]s write(2) calls, open to close), %[3]d small
+  files create+write+close, lstat, one readdir of their directory, read back (after posix_fadvise(DONTNEED) of each; the
+  filesystem's own caches count) and content check, rename of %[4]d files one by one, rename of a %[5]d-file directory, unlink.
+- Rates count only the time spent in the operations. Durability: after close (or rename/unlink) returns, the benchmark's own
+  S3 client checks the object (every %[6]dth small file, the last one, and the large file). A target where objects appear only
+  later is marked "not durable at close"; it fails every goal it appears in as the subject.
+- raw: minio-go v7 directly; the large object with PutObject from a file (%[7]s parts, %[8]d in parallel, streaming-signed
+  SigV4 payloads) and one streaming GetObject; small files with serial signed PutObject, HeadObject, one ListObjectsV2,
+  GetObject, DeleteObject; rename = CopyObject + DeleteObject (a directory: list, then each object serially).
+- fencefs: the binary in strict, fast and off mode (token auto), default options. s3fs: foreground, use_path_request_style,
+  sigv4, defaults otherwise. rclone: `+"`rclone mount`"+` with an s3 remote (provider Other), --vfs-cache-mode off or writes, defaults otherwise.
+- Peak RSS: VmHWM of the mount process, reset before each workload (clear_refs 5): "seq write" is the peak while writing the
+  large file, "all" the peak over every workload.
+`, sizeString(cfg.LargeSize), sizeString(int64(cfg.WriteChunk)), cfg.SmallCount, cfg.RenameFiles, cfg.DirFiles,
+		cfg.CheckEvery, sizeString(cfg.PartSize), cfg.RawThreads)
+}
+
+// reproFlags are the flags that differ from the defaults, for the
+// "reproduce" line.
+func reproFlags(cfg config) []string {
+	var f []string
+	if cfg.Quick {
+		f = append(f, "-quick")
+	}
+	if len(cfg.Only) > 0 {
+		f = append(f, "-only "+strings.Join(cfg.Only, ","))
+	}
+	if cfg.Runs != 3 && !cfg.Quick {
+		f = append(f, fmt.Sprintf("-runs %d", cfg.Runs))
+	}
+	if len(cfg.FencefsArgs) > 0 {
+		f = append(f, fmt.Sprintf("-fencefs-args %q", strings.Join(cfg.FencefsArgs, " ")))
+	}
+	return f
+}
+
+// kv is one line of the machine description.
+type kv struct{ k, v string }
+
+// describeMachine collects what the numbers depend on.
+func describeMachine(cfg config) []kv {
+	first := func(name string, args ...string) string {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil && len(out) == 0 {
+			return "not available (" + err.Error() + ")"
+		}
+		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return line
+	}
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "?"
+		}
+		return strings.TrimSpace(string(b))
+	}
+	cpu := "?"
+	for _, line := range strings.Split(read("/proc/cpuinfo"), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			cpu = strings.TrimSpace(v)
+			break
+		}
+	}
+	mem := "?"
+	for _, line := range strings.Split(read("/proc/meminfo"), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(rest), &kb)
+			mem = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+		}
+	}
+	distro := "?"
+	for _, line := range strings.Split(read("/etc/os-release"), "\n") {
+		if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+			distro = strings.Trim(v, `"`)
+		}
+	}
+	host, _ := os.Hostname()
+	gw := cfg.GatewayBin
+	if gw == "" {
+		gw, _ = gateway.FindBinary()
+	}
+	fencefsVersion := first(cfg.FencefsBin, "--version")
+	if rev := first("git", "-C", repoDir(), "rev-parse", "--short", "HEAD"); !strings.Contains(rev, "not available") {
+		dirty := ""
+		if out, err := exec.Command("git", "-C", repoDir(), "status", "--porcelain").Output(); err == nil && len(out) > 0 {
+			dirty = " (uncommitted changes)"
+		}
+		fencefsVersion += "; source " + rev + dirty
+	}
+	return []kv{
+		{"host", host},
+		{"CPU", fmt.Sprintf("%d × %s", runtime.NumCPU(), cpu)},
+		{"memory", mem},
+		{"OS", distro + ", kernel " + read("/proc/sys/kernel/osrelease")},
+		{"gateway data on", first("stat", "-f", "-c", "%T", cfg.WorkDir)},
+		{"load average at start", read("/proc/loadavg")},
+		{"go", runtime.Version()},
+		{"fencefs", fencefsVersion},
+		{"versitygw", gateway.PinnedVersion + " (" + gw + ")"},
+		{"s3fs", first("s3fs", "--version")},
+		{"rclone", first("rclone", "version")},
+		{"fuse", first("fusermount3", "--version")},
+	}
+}
+
+func repoDir() string {
+	if root, err := gateway.RepoRoot(); err == nil {
+		return root
+	}
+	return "."
+}

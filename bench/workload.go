@@ -1,0 +1,610 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fencefs/fencefs/integration/gateway"
+	"github.com/minio/minio-go/v7"
+	"golang.org/x/sys/unix"
+)
+
+// Metric keys; see metricDefs for titles and units.
+const (
+	mMount     = "mount"
+	mSeqWrite  = "seq_write"
+	mSeqRead   = "seq_read"
+	mCreate    = "create"
+	mStat      = "stat"
+	mReaddir   = "readdir"
+	mRead      = "read"
+	mRename    = "rename"
+	mRenameDir = "rename_dir"
+	mUnlink    = "unlink"
+	mRSSWrite  = "rss_write"
+	mRSSPeak   = "rss_peak"
+)
+
+const (
+	largeReadKey  = "large-read.bin"
+	largeWriteKey = "large-write.bin"
+	mib           = 1 << 20
+)
+
+// benchEnv is what every target run shares: the gateway, an S3 client for
+// setup and durability checks, and the large file's content.
+type benchEnv struct {
+	cfg       config
+	gw        *gateway.Gateway
+	client    *minio.Client
+	large     *largeSource
+	srcBucket string // holds largeReadKey, copied into each target's bucket
+}
+
+// newBenchEnv prepares the shared state: the large source file on local disk
+// and the bucket holding the object every target reads sequentially.
+func newBenchEnv(ctx context.Context, cfg config, gw *gateway.Gateway) (*benchEnv, error) {
+	e := &benchEnv{cfg: cfg, gw: gw, client: gw.Client(), srcBucket: "bench-source"}
+	var err error
+	if e.large, err = newLargeSource(filepath.Join(cfg.WorkDir, "large.bin"), cfg.LargeSize, cfg.WriteChunk); err != nil {
+		return nil, err
+	}
+	if err := gw.CreateBucket(ctx, e.srcBucket); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(e.large.path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := e.client.PutObject(ctx, e.srcBucket, largeReadKey, f, e.large.size, minio.PutObjectOptions{
+		PartSize: uint64(cfg.PartSize), NumThreads: uint(cfg.RawThreads),
+	}); err != nil {
+		return nil, fmt.Errorf("uploading the read source: %w", err)
+	}
+	return e, nil
+}
+
+// close removes the shared state from the gateway.
+func (e *benchEnv) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e.deleteBucket(ctx, e.srcBucket)
+}
+
+// settle writes back the dirty pages of the filesystem holding the work
+// directory (the gateway's data, the caches), so that the write-back of one
+// phase's data does not land in the next phase's measurement.
+func (e *benchEnv) settle() {
+	f, err := os.Open(e.cfg.WorkDir)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		slog.Warn("syncfs", "err", err)
+	}
+}
+
+// largeSource is the content of the large file: a random pattern repeated
+// (random so that nothing on the path can compress it), kept in memory for
+// write(2) and in a local file for the raw client's PutObject.
+type largeSource struct {
+	size    int64
+	pattern []byte // a multiple of the write chunk
+	path    string
+}
+
+func newLargeSource(path string, size int64, chunk int) (*largeSource, error) {
+	n := (8*mib + chunk - 1) / chunk * chunk
+	s := &largeSource{size: size, pattern: make([]byte, n), path: path}
+	if _, err := rand.Read(s.pattern); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	for off := int64(0); off < size; off += int64(chunk) {
+		if _, err := f.Write(s.chunk(off, min(int64(chunk), size-off))); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return s, f.Close()
+}
+
+// chunk returns the n bytes of content at off; off must be a multiple of the
+// chunk size the source was made with, and n at most that chunk size.
+func (s *largeSource) chunk(off, n int64) []byte {
+	p := off % int64(len(s.pattern))
+	return s.pattern[p : p+n]
+}
+
+// smallContent returns the deterministic content of small file i.
+func smallContent(i, size int) []byte {
+	b := make([]byte, size)
+	var seed [32]byte
+	copy(seed[:], fmt.Sprintf("fencefs-bench-%d", i))
+	_, _ = mrand.NewChaCha8(seed).Read(b)
+	return b
+}
+
+// measurement is what one run of one target produced.
+type measurement struct {
+	run    int
+	values map[string]float64 // metric key → value, only for what was measured
+	// durability checks done with the benchmark's own S3 client right after
+	// operations returned, and the ones that failed
+	checks   int
+	failures []string
+	profiled bool    // a perf profile was recorded (numbers are perturbed)
+	idle     float64 // fraction of the machine's CPU time idle just before the run (-1 unknown)
+	// requests: phase → S3 request kind → requests per operation, for
+	// targets with a metrics endpoint
+	requests map[string]map[string]float64
+}
+
+func (m *measurement) fail(format string, args ...any) {
+	m.failures = append(m.failures, fmt.Sprintf(format, args...))
+}
+
+// measure runs every workload once on target t with a fresh bucket, and
+// returns what it measured; on error, the measurement holds what was measured
+// before it. Everything started is stopped before it returns.
+func (e *benchEnv) measure(ctx context.Context, t target, run int) (m *measurement, err error) {
+	m = &measurement{run: run, values: map[string]float64{}, requests: map[string]map[string]float64{}}
+	bucket := fmt.Sprintf("bench-%s-r%d-%d", t.Name(), run, time.Now().UnixNano()%1e6)
+	scratch := filepath.Join(e.cfg.WorkDir, fmt.Sprintf("%s-r%d", t.Name(), run))
+	if err := os.MkdirAll(scratch, 0o755); err != nil {
+		return m, err
+	}
+	if err := e.gw.CreateBucket(ctx, bucket); err != nil {
+		return m, fmt.Errorf("create bucket: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		e.deleteBucket(cctx, bucket)
+	}()
+	if _, err := e.client.CopyObject(ctx,
+		minio.CopyDestOptions{Bucket: bucket, Object: largeReadKey},
+		minio.CopySrcOptions{Bucket: e.srcBucket, Object: largeReadKey}); err != nil {
+		return m, fmt.Errorf("copy the read source: %w", err)
+	}
+
+	tctx, cancel := context.WithTimeout(ctx, e.cfg.TargetTimeout)
+	defer cancel()
+	t0 := time.Now()
+	in, err := t.Start(tctx, e, bucket, scratch)
+	if err != nil {
+		return m, fmt.Errorf("start: %w", err)
+	}
+	m.values[mMount] = time.Since(t0).Seconds()
+	// Watchdog: past the deadline (or on Ctrl-C), kill the mount so that
+	// system calls blocked on it return.
+	finished := make(chan struct{})
+	watchdogDone := make(chan struct{})
+	go func() {
+		defer close(watchdogDone)
+		select {
+		case <-tctx.Done():
+			slog.Warn("killing the mount", "target", t.Name(), "reason", tctx.Err())
+			in.kill()
+		case <-finished:
+		}
+	}()
+	defer func() {
+		close(finished)
+		<-watchdogDone
+		if serr := in.Stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("stop: %w", serr))
+		}
+		if err != nil && in.logPath != "" {
+			err = fmt.Errorf("%w (mount log: %s)", err, in.logPath)
+		}
+	}()
+
+	w := &workloads{env: e, t: t, in: in, m: m, bucket: bucket, name: fmt.Sprintf("%s-r%d", t.Name(), run)}
+	return m, w.all(tctx)
+}
+
+// deleteBucket removes a bucket and everything in it; failures are logged.
+func (e *benchEnv) deleteBucket(ctx context.Context, bucket string) {
+	objs := make(chan minio.ObjectInfo)
+	go func() {
+		defer close(objs)
+		for o := range e.client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+			if o.Err != nil {
+				slog.Warn("listing for cleanup", "bucket", bucket, "err", o.Err)
+				return
+			}
+			objs <- o
+		}
+	}()
+	for r := range e.client.RemoveObjects(ctx, bucket, objs, minio.RemoveObjectsOptions{}) {
+		slog.Warn("cleanup: delete", "bucket", bucket, "key", r.ObjectName, "err", r.Err)
+	}
+	for u := range e.client.ListIncompleteUploads(ctx, bucket, "", true) {
+		if u.Err == nil {
+			_ = e.client.RemoveIncompleteUpload(ctx, bucket, u.Key)
+		}
+	}
+	if err := e.client.RemoveBucket(ctx, bucket); err != nil {
+		slog.Warn("cleanup: remove bucket", "bucket", bucket, "err", err)
+	}
+}
+
+// workloads runs the phases of one target run.
+type workloads struct {
+	env    *benchEnv
+	t      target
+	in     *instance
+	m      *measurement
+	bucket string
+	name   string // target-run, for profile file names
+	// before is the request count snapshot at the start of the timed part
+	// of the current phase (nil without a metrics endpoint)
+	before requestCounts
+}
+
+// all runs the phases in order; each phase records its metric.
+func (w *workloads) all(ctx context.Context) error {
+	cfg := w.env.cfg
+	small := make([][]byte, cfg.SmallCount)
+	for i := range small {
+		small[i] = smallContent(i, cfg.SmallSize)
+	}
+	smallName := func(i int) string { return fmt.Sprintf("small/f%05d", i) }
+	phases := []struct {
+		name string
+		ops  int // operations in the phase, to count requests per operation
+		fn   func(ctx context.Context) error
+	}{
+		{mSeqRead, 1, w.seqRead},
+		{mSeqWrite, 1, w.seqWrite},
+		{mCreate, len(small), func(ctx context.Context) error { return w.create(ctx, small, smallName) }},
+		{mStat, len(small), func(ctx context.Context) error { return w.stat(ctx, small, smallName) }},
+		{mReaddir, 1, w.readdir},
+		{mRead, len(small), func(ctx context.Context) error { return w.read(ctx, small, smallName) }},
+		{mRename, cfg.RenameFiles, w.rename},
+		{mRenameDir, 1, w.renameDir},
+		{mUnlink, len(small), func(ctx context.Context) error { return w.unlink(ctx, len(small), smallName) }},
+	}
+	var peak int64
+	for _, p := range phases {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		slog.Debug("phase", "target", w.t.Name(), "phase", p.name)
+		w.env.settle()
+		pid := w.in.pid
+		if pid > 0 {
+			if err := resetPeakRSS(pid); err != nil {
+				slog.Warn("cannot reset the peak RSS; it covers the process lifetime", "err", err)
+			}
+		}
+		w.markStart(ctx)
+		stopPerf := w.startPerf(ctx, p.name)
+		err := p.fn(ctx)
+		stopPerf()
+		w.countRequests(ctx, p.name, p.ops)
+		if pid > 0 {
+			if rss, rerr := peakRSS(pid); rerr == nil {
+				peak = max(peak, rss)
+				if p.name == mSeqWrite {
+					w.m.values[mRSSWrite] = float64(rss) / mib
+				}
+				w.m.values[mRSSPeak] = float64(peak) / mib
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+// markStart records the request counters at the start of the timed part
+// of a phase; phases with an untimed setup call it again after the setup.
+func (w *workloads) markStart(ctx context.Context) {
+	w.before = nil
+	if w.in.metricsAddr == "" {
+		return
+	}
+	c, err := scrapeRequests(ctx, w.in.metricsAddr)
+	if err != nil {
+		slog.Warn("reading fencefs metrics", "target", w.t.Name(), "err", err)
+		return
+	}
+	w.before = c
+}
+
+// countRequests records the S3 requests per operation of the phase that
+// just ended. Requests made in the background (intent deletions) are counted
+// in the phase during which they complete.
+func (w *workloads) countRequests(ctx context.Context, phase string, ops int) {
+	if w.before == nil {
+		return
+	}
+	after, err := scrapeRequests(ctx, w.in.metricsAddr)
+	if err != nil {
+		slog.Warn("reading fencefs metrics", "target", w.t.Name(), "err", err)
+		return
+	}
+	w.m.requests[phase] = perOp(w.before, after, ops)
+}
+
+// startPerf starts `perf record` on the mount process for one phase when
+// -perf is set and the target is fencefs; the returned function stops it.
+func (w *workloads) startPerf(ctx context.Context, phase string) func() {
+	if w.env.cfg.PerfDir == "" || w.in.pid == 0 || !strings.HasPrefix(w.t.Name(), "fencefs") {
+		return func() {}
+	}
+	out := filepath.Join(w.env.cfg.PerfDir, fmt.Sprintf("%s-%s.perf.data", w.name, phase))
+	cmd := exec.Command("perf", "record", "-g", "-F", "999", "-p", fmt.Sprint(w.in.pid), "-o", out)
+	logf, err := os.Create(out + ".log")
+	if err == nil {
+		cmd.Stdout, cmd.Stderr = logf, logf
+		defer logf.Close()
+	}
+	if err := cmd.Start(); err != nil {
+		slog.Warn("perf record", "err", err)
+		return func() {}
+	}
+	w.m.profiled = true
+	time.Sleep(200 * time.Millisecond) // let perf attach
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Wait()
+	}
+}
+
+// seqRead reads the large object, never before seen by this mount, to its end.
+func (w *workloads) seqRead(ctx context.Context) error {
+	t0 := time.Now()
+	n, err := w.in.driver.ReadLarge(ctx, largeReadKey)
+	d := time.Since(t0)
+	if err != nil {
+		return err
+	}
+	if n != w.env.large.size {
+		return fmt.Errorf("read %d bytes, want %d", n, w.env.large.size)
+	}
+	w.m.values[mSeqRead] = float64(n) / mib / d.Seconds()
+	return nil
+}
+
+// seqWrite writes the large file, from open to close, then checks that the
+// object is in the bucket with its full size.
+func (w *workloads) seqWrite(ctx context.Context) error {
+	t0 := time.Now()
+	if err := w.in.driver.WriteLarge(ctx, largeWriteKey, w.env.large); err != nil {
+		return err
+	}
+	d := time.Since(t0)
+	w.m.values[mSeqWrite] = float64(w.env.large.size) / mib / d.Seconds()
+	w.checkExists(ctx, largeWriteKey, w.env.large.size)
+	return nil
+}
+
+// checkExists is a durability check: key is in the bucket with size bytes.
+func (w *workloads) checkExists(ctx context.Context, key string, size int64) {
+	w.m.checks++
+	info, err := w.env.client.StatObject(ctx, w.bucket, key, minio.StatObjectOptions{})
+	switch {
+	case err != nil:
+		w.m.fail("%s: not in the bucket after close (%v)", key, err)
+	case info.Size != size:
+		w.m.fail("%s: %d bytes in the bucket after close, want %d", key, info.Size, size)
+	}
+}
+
+// checkGone is a durability check: key is no longer in the bucket.
+func (w *workloads) checkGone(ctx context.Context, key string) {
+	w.m.checks++
+	_, err := w.env.client.StatObject(ctx, w.bucket, key, minio.StatObjectOptions{})
+	if err == nil {
+		w.m.fail("%s: still in the bucket after the call returned", key)
+	} else if minio.ToErrorResponse(err).StatusCode != 404 {
+		w.m.fail("%s: checking: %v", key, err)
+	}
+}
+
+// checked reports whether operation i of n gets a durability check.
+func (w *workloads) checked(i, n int) bool {
+	return i%w.env.cfg.CheckEvery == 0 || i == n-1
+}
+
+// opsRate runs op for i in [0,n) and returns operations per second over the
+// time spent in op only (durability checks run by after are not counted).
+func opsRate(ctx context.Context, n int, op func(i int) error, after func(i int)) (float64, error) {
+	var spent time.Duration
+	for i := 0; i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		err := op(i)
+		spent += time.Since(t0)
+		if err != nil {
+			return 0, fmt.Errorf("op %d: %w", i, err)
+		}
+		if after != nil {
+			after(i)
+		}
+	}
+	return float64(n) / spent.Seconds(), nil
+}
+
+// create makes the small files: open(O_CREAT), write, close, each.
+func (w *workloads) create(ctx context.Context, small [][]byte, name func(int) string) error {
+	if err := w.in.driver.Mkdir(ctx, "small"); err != nil {
+		return err
+	}
+	rate, err := opsRate(ctx, len(small),
+		func(i int) error { return w.in.driver.WriteSmall(ctx, name(i), small[i]) },
+		func(i int) {
+			if w.checked(i, len(small)) {
+				w.checkExists(ctx, name(i), int64(len(small[i])))
+			}
+		})
+	if err != nil {
+		return err
+	}
+	w.m.values[mCreate] = rate
+	return nil
+}
+
+// stat looks every small file up and checks its size.
+func (w *workloads) stat(ctx context.Context, small [][]byte, name func(int) string) error {
+	rate, err := opsRate(ctx, len(small), func(i int) error {
+		size, err := w.in.driver.Stat(ctx, name(i))
+		if err == nil && size != int64(len(small[i])) {
+			err = fmt.Errorf("%s: size %d, want %d", name(i), size, len(small[i]))
+		}
+		return err
+	}, nil)
+	if err != nil {
+		return err
+	}
+	w.m.values[mStat] = rate
+	return nil
+}
+
+// readdir lists the directory of small files once (entries per second).
+func (w *workloads) readdir(ctx context.Context) error {
+	t0 := time.Now()
+	n, err := w.in.driver.List(ctx, "small")
+	d := time.Since(t0)
+	if err != nil {
+		return err
+	}
+	if n != w.env.cfg.SmallCount {
+		return fmt.Errorf("listed %d entries, want %d", n, w.env.cfg.SmallCount)
+	}
+	w.m.values[mReaddir] = float64(n) / d.Seconds()
+	return nil
+}
+
+// read reads every small file back and compares its content; the kernel's
+// page cache of the files is dropped first.
+func (w *workloads) read(ctx context.Context, small [][]byte, name func(int) string) error {
+	for i := range small {
+		if err := w.in.driver.Uncache(ctx, name(i)); err != nil {
+			return err
+		}
+	}
+	w.markStart(ctx)
+	rate, err := opsRate(ctx, len(small), func(i int) error {
+		b, err := w.in.driver.ReadSmall(ctx, name(i))
+		if err == nil && string(b) != string(small[i]) {
+			err = fmt.Errorf("%s: content differs (%d bytes read)", name(i), len(b))
+		}
+		return err
+	}, nil)
+	if err != nil {
+		return err
+	}
+	w.m.values[mRead] = rate
+	return nil
+}
+
+// rename renames RenameFiles freshly written files one by one.
+func (w *workloads) rename(ctx context.Context) error {
+	n := w.env.cfg.RenameFiles
+	d := w.in.driver
+	if err := d.Mkdir(ctx, "ren"); err != nil {
+		return err
+	}
+	data := smallContent(-1, w.env.cfg.SmallSize)
+	from := func(i int) string { return fmt.Sprintf("ren/a%05d", i) }
+	to := func(i int) string { return fmt.Sprintf("ren/b%05d", i) }
+	for i := 0; i < n; i++ {
+		if err := d.WriteSmall(ctx, from(i), data); err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
+	}
+	w.markStart(ctx)
+	rate, err := opsRate(ctx, n, func(i int) error { return d.Rename(ctx, from(i), to(i)) },
+		func(i int) {
+			if w.checked(i, n) {
+				w.checkExists(ctx, to(i), int64(len(data)))
+				w.checkGone(ctx, from(i))
+			}
+		})
+	if err != nil {
+		return err
+	}
+	w.m.values[mRename] = rate
+	return nil
+}
+
+// renameDir renames a directory holding DirFiles files (seconds), then
+// checks every object moved.
+func (w *workloads) renameDir(ctx context.Context) error {
+	n := w.env.cfg.DirFiles
+	d := w.in.driver
+	if err := d.Mkdir(ctx, "dir"); err != nil {
+		return err
+	}
+	data := smallContent(-2, w.env.cfg.SmallSize)
+	for i := 0; i < n; i++ {
+		if err := d.WriteSmall(ctx, fmt.Sprintf("dir/f%05d", i), data); err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
+	}
+	w.markStart(ctx)
+	t0 := time.Now()
+	if err := d.RenameDir(ctx, "dir", "dir2", n); err != nil {
+		return err
+	}
+	w.m.values[mRenameDir] = time.Since(t0).Seconds()
+	for i := 0; i < n; i++ {
+		if w.checked(i, n) {
+			w.checkExists(ctx, fmt.Sprintf("dir2/f%05d", i), int64(len(data)))
+			w.checkGone(ctx, fmt.Sprintf("dir/f%05d", i))
+		}
+	}
+	return nil
+}
+
+// unlink removes every small file.
+func (w *workloads) unlink(ctx context.Context, n int, name func(int) string) error {
+	rate, err := opsRate(ctx, n, func(i int) error { return w.in.driver.Remove(ctx, name(i)) },
+		func(i int) {
+			if w.checked(i, n) {
+				w.checkGone(ctx, name(i))
+			}
+		})
+	if err != nil {
+		return err
+	}
+	w.m.values[mUnlink] = rate
+	return nil
+}
+
+// median returns the median of xs (NaN for none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

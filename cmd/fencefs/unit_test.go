@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/fencefs/fencefs/config"
+	"golang.org/x/sys/unix"
+)
+
+func TestUnescapeMountinfoDecodesOctalEscapes(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`/mnt/plain`, "/mnt/plain"},
+		{`/mnt/with\040space`, "/mnt/with space"},
+		{`/mnt/tab\011x\134y`, "/mnt/tab\tx\\y"},
+		{`/mnt/trailing\04`, `/mnt/trailing\04`},
+	}
+	for _, tt := range tests {
+		if got := unescapeMountinfo(tt.in); got != tt.want {
+			t.Errorf("unescapeMountinfo(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestLogsAndMessagesNeverShowSecrets(t *testing.T) {
+	setSecrets([]string{"wJalrXUtnFEMI-secret", "ab"})
+	defer setSecrets(nil)
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&redactWriter{w: &buf}, nil))
+	log.Info("request failed", "err", "signature wJalrXUtnFEMI-secret mismatch", "short", "ab")
+	if strings.Contains(buf.String(), "wJalrXUtnFEMI-secret") {
+		t.Fatalf("log shows the secret: %s", buf.String())
+	}
+	if !strings.Contains(buf.String(), "[REDACTED]") {
+		t.Fatalf("log lacks the redaction marker: %s", buf.String())
+	}
+	if !strings.Contains(buf.String(), "short=ab") {
+		t.Errorf("values shorter than 4 bytes must not be treated as secrets: %s", buf.String())
+	}
+	if got := redact("x wJalrXUtnFEMI-secret y"); got != "x [REDACTED] y" {
+		t.Errorf("redact = %q", got)
+	}
+}
+
+func TestNewLoggerHonoursLevelAndFormat(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/log"
+	log, closeFn, err := newLogger(config.Log{Level: "warn", Format: "json", File: path}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hidden")
+	log.Warn("shown", "k", 1)
+	closeFn()
+	b, _ := readFile(path)
+	if strings.Contains(b, "hidden") || !strings.Contains(b, `"msg":"shown"`) {
+		t.Fatalf("log file = %q", b)
+	}
+}
+
+func TestOneLineJoinsLines(t *testing.T) {
+	if got := oneLine("a\nb\r\nc\n"); got != "a; b; c" {
+		t.Fatalf("oneLine = %q", got)
+	}
+}
+
+func readFile(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	return string(b), err
+}
+
+func unixSetxattr(path, name, value string) error {
+	return unix.Setxattr(path, name, []byte(value), 0)
+}
+
+func TestCommitErrorsKeepsOnlyLostChanges(t *testing.T) {
+	umount := errors.New("fusefs: unmount /m: busy")
+	lost := errors.New("commit a.txt: fenced")
+	tests := []struct {
+		name string
+		in   error
+		want []error
+	}{
+		{"only the unmount failed", errors.Join(nil, umount), nil},
+		{"bare unmount error", umount, nil},
+		{"a commit failed too", errors.Join(lost, umount), []error{lost}},
+		{"only a commit failed", lost, []error{lost}},
+	}
+	for _, tt := range tests {
+		got := commitErrors(tt.in)
+		if (got == nil) != (tt.want == nil) {
+			t.Errorf("%s: commitErrors = %v, want %v", tt.name, got, tt.want)
+			continue
+		}
+		for _, w := range tt.want {
+			if !errors.Is(got, w) {
+				t.Errorf("%s: %v does not keep %v", tt.name, got, w)
+			}
+		}
+		if got != nil && strings.Contains(got.Error(), "busy") {
+			t.Errorf("%s: %v keeps the unmount error", tt.name, got)
+		}
+	}
+}

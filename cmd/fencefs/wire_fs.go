@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/fencefs/fencefs/config"
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/fusefs"
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// fusefsOptions builds the fusefs.Options of cfg.
+func fusefsOptions(cfg *config.Config, store objstore.Store, guard *fencing.Guard, log *slog.Logger, reg prometheus.Registerer) fusefs.Options {
+	fsName := cfg.S3.Bucket
+	if cfg.S3.Prefix != "" {
+		fsName += "/" + cfg.S3.Prefix
+	}
+	o := fusefs.Options{
+		Store:        store,
+		Prefix:       cfg.S3.Prefix,
+		FenceDomain:  cfg.DomainKeyPrefix(),
+		CacheDir:     cfg.Mount.CacheDir,
+		UID:          cfg.Mount.UID,
+		GID:          cfg.Mount.GID,
+		FileMode:     cfg.Mount.FileMode,
+		DirMode:      cfg.Mount.DirMode,
+		AttrTTL:      cfg.Mount.AttrTTL,
+		EntryTTL:     cfg.Mount.EntryTTL,
+		MetaCacheTTL: cfg.Mount.MetaTTL,
+		ReadOnly:     cfg.Mount.ReadOnly,
+		MaxDirRename: cfg.Mount.MaxDirRename,
+		AllowOther:   cfg.Mount.AllowOther,
+		FsName:       fsName,
+		Logger:       log,
+		Registerer:   reg,
+	}
+	if guard != nil {
+		o.Guard = guard
+	}
+	return o
+}
+
+// mountFS mounts the filesystem and returns once the kernel mount is ready.
+func mountFS(ctx context.Context, cfg *config.Config, store objstore.Store, guard *fencing.Guard, log *slog.Logger, reg prometheus.Registerer) (fsMount, error) {
+	return fusefs.Mount(ctx, cfg.Mount.Mountpoint, fusefsOptions(cfg, store, guard, log, reg))
+}

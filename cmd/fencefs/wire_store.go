@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/fencefs/fencefs/config"
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/fencefs/fencefs/objstore/s3"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// s3Config builds the objstore/s3 configuration of cfg.
+func s3Config(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) s3.Config {
+	return s3.Config{
+		Endpoint:     cfg.EndpointURL(),
+		Bucket:       cfg.S3.Bucket,
+		Region:       cfg.S3.Region,
+		AccessKey:    cfg.S3.AccessKey,
+		SecretKey:    cfg.S3.SecretKey.Reveal(),
+		SessionToken: cfg.S3.SessionToken.Reveal(),
+		CAFile:       cfg.S3.CAFile,
+		PathStyle:    cfg.S3.PathStyle,
+		Logger:       log,
+		Registerer:   reg,
+	}
+}
+
+// openStore connects to the bucket. s3.New checks that the bucket exists and
+// the credentials are accepted; its errors wrap the objstore sentinels.
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (objstore.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	st, err := s3.New(ctx, s3Config(cfg, log, reg))
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}

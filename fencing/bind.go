@@ -1,0 +1,331 @@
+package fencing
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// maxBindAttempts bounds the read-decide-CAS loop of one Bind.
+const maxBindAttempts = 64
+
+// Bind binds the Guard to a fencing token and makes it active (DESIGN.md §3,
+// "Binding token N"): it reserves the epoch (create-once epochs/N), raises
+// the register to it with a compare-and-swap, runs the takeover sweep over
+// every older epoch's intents, and only then admits mutations. token 0
+// means auto: the register issues one above the newest epoch seen.
+//
+// It returns the bound token. Errors:
+//   - ErrBadToken: the token can never bind (0 is not auto here only in
+//     mode off; older than the register; held or reserved by another
+//     holder; lower than the token this Guard already holds). The Guard
+//     keeps its previous binding.
+//   - ErrFenced: the token was bound, but a newer epoch appeared before the
+//     sweep finished; the Guard is latched fenced (the returned token is
+//     the one that was bound).
+//   - ErrUnverified (or a storage error): the register or the bucket could
+//     not be read or written. If the register was already raised, the
+//     Guard stays "sweeping" and mutations fail until Bind is called again
+//     (with the same token, which then only re-runs the sweep).
+//
+// Binding the token the Guard is already active with is a no-op. Bind waits
+// for the mutations in flight to finish first; meanwhile new mutations wait.
+func (g *Guard) Bind(ctx context.Context, token uint64) (uint64, error) {
+	if g.cfg.Mode == ModeOff {
+		return 0, fmt.Errorf("%w: fencing is off (fence.mode=off): tokens are not used", ErrBadToken)
+	}
+	g.bindMu.Lock()
+	defer g.bindMu.Unlock()
+	if err := g.drain(ctx); err != nil {
+		return 0, err
+	}
+	defer g.undrain()
+
+	g.mu.Lock()
+	prevToken, prevClaim, prevState, closed := g.token, g.claim, g.state, g.closed
+	g.mu.Unlock()
+	if closed {
+		return 0, fmt.Errorf("%w: the fencing guard is closed", ErrReadOnly)
+	}
+	if token != 0 && token == prevToken && prevState == StateActive {
+		return token, nil
+	}
+	if token != 0 && token < prevToken {
+		return 0, fmt.Errorf("%w: token %d is lower than the token %d this mount already holds", ErrBadToken, token, prevToken)
+	}
+	claim := randomID(8)
+	if token != 0 && token == prevToken && prevClaim != "" {
+		claim = prevClaim // re-run a failed sweep, or reclaim after being fenced by a reclaim
+	}
+	var n uint64
+	var err error
+	if token == 0 {
+		n, err = g.claimAuto(ctx, claim, prevToken)
+	} else {
+		n, err = g.claimExplicit(ctx, token, claim)
+	}
+	if err != nil {
+		return 0, err
+	}
+
+	g.mu.Lock()
+	if n != prevToken || claim != prevClaim {
+		g.dropAllIntentsLocked()
+	}
+	g.token, g.claim, g.state, g.reason, g.sweepErr = n, claim, StateSweeping, "", nil
+	g.broadcast()
+	g.mu.Unlock()
+	g.log.Info("bound fencing token; sweeping older epochs' intents", "token", n, "holder", g.holder)
+
+	ts := tokenState{mode: g.cfg.Mode, token: n, claim: claim}
+	err = g.sweep(ctx, ts)
+	if err == nil {
+		// A newer epoch may have appeared while we swept: then we are not
+		// the leader, say so now rather than at the first write.
+		err = g.validate(ctx, ts, "bind", g.lay.register())
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case err == nil:
+		g.state = StateActive
+		g.broadcast()
+		g.log.Info("fencing token active", "token", n, "holder", g.holder)
+		return n, nil
+	case errors.Is(err, ErrFenced):
+		return n, err
+	default:
+		if g.state == StateSweeping {
+			g.sweepErr = err
+			g.broadcast()
+		}
+		return n, fmt.Errorf("takeover sweep of epoch %d: %w", n, err)
+	}
+}
+
+// drain stops admitting mutations and waits for those in flight.
+func (g *Guard) drain(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.binding = true
+	g.broadcast()
+	for g.inflight > 0 {
+		ch := g.changed
+		g.mu.Unlock()
+		select {
+		case <-ch:
+			g.mu.Lock()
+		case <-ctx.Done():
+			g.mu.Lock()
+			g.binding = false
+			g.broadcast()
+			return fmt.Errorf("waiting for mutations in flight before binding: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+func (g *Guard) undrain() {
+	g.mu.Lock()
+	g.binding = false
+	g.broadcast()
+	g.mu.Unlock()
+}
+
+// claimExplicit reserves token and raises the register to it.
+func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (uint64, error) {
+	reserved := false
+	var lastErr error
+	for attempt := 0; attempt < maxBindAttempts; attempt++ {
+		reg, etag, exists, err := g.readRegister(ctx)
+		if err != nil {
+			if ctx.Err() != nil || !isTransient(err) {
+				return 0, err
+			}
+			lastErr = err
+			if berr := backoff(ctx, attempt); berr != nil {
+				return 0, err
+			}
+			continue
+		}
+		if exists {
+			g.noteRegister(reg, etag)
+		}
+		step, err := decideBind(reg, exists, token, g.holder, claim)
+		switch step {
+		case bindRefuse:
+			return 0, err
+		case bindDone:
+			return token, nil
+		}
+		if !reserved {
+			if err := g.reserve(ctx, token, claim); err != nil {
+				return 0, err
+			}
+			reserved = true
+		}
+		ok, err := g.casRegister(ctx, reg, etag, exists, token, claim)
+		if ok {
+			return token, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		// Lost the race or lost the response: re-read and re-decide.
+		lastErr = nil
+		if berr := backoff(ctx, min(attempt, 3)); berr != nil {
+			return 0, berr
+		}
+	}
+	return 0, unverifiedErr("could not raise the register to %d after %d attempts (last error: %v)", token, maxBindAttempts, lastErr)
+}
+
+// claimAuto has the register issue a token above every epoch seen.
+func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (uint64, error) {
+	var maxRes uint64
+	listed := false
+	for attempt := 0; attempt < maxBindAttempts; attempt++ {
+		reg, etag, exists, err := g.readRegister(ctx)
+		if err != nil {
+			if ctx.Err() != nil || !isTransient(err) {
+				return 0, err
+			}
+			if berr := backoff(ctx, attempt); berr != nil {
+				return 0, err
+			}
+			continue
+		}
+		if exists {
+			g.noteRegister(reg, etag)
+		}
+		if !exists && !listed {
+			// No register (new bucket, or reset): never reissue a reserved
+			// number.
+			m, err := maxReservation(ctx, g.store, g.lay)
+			if err != nil {
+				return 0, unverifiedErr("listing epoch reservations: %v", err)
+			}
+			maxRes, listed = max(maxRes, m), true
+		}
+		n := autoToken(reg, exists, maxRes, current)
+		if err := g.reserve(ctx, n, claim); err != nil {
+			if errors.Is(err, ErrBadToken) {
+				maxRes = n // taken: try above it
+				continue
+			}
+			return 0, err
+		}
+		ok, err := g.casRegister(ctx, reg, etag, exists, n, claim)
+		if ok {
+			return n, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		// The register moved (or our CAS response was lost): re-read.
+		again, etag2, exists2, err := g.readRegister(ctx)
+		if err == nil && exists2 && again.Epoch == n && again.ClaimID == claim {
+			g.noteRegister(again, etag2)
+			return n, nil
+		}
+		maxRes = n
+		if berr := backoff(ctx, min(attempt, 3)); berr != nil {
+			return 0, berr
+		}
+	}
+	return 0, unverifiedErr("could not obtain a token after %d attempts (heavy contention?)", maxBindAttempts)
+}
+
+// reserve creates epochs/<n> once. An existing reservation is fine if it is
+// ours (lost response, or our stable holder name); otherwise ErrBadToken.
+func (g *Guard) reserve(ctx context.Context, n uint64, claim string) error {
+	doc := reservation{Format: FormatVersion, Epoch: n, Holder: g.holder, ClaimID: claim, ReservedAt: g.cfg.Now().UTC()}
+	b, _ := json.Marshal(doc)
+	key := g.lay.reservation(n)
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		_, err = g.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
+			Cond: objstore.Condition{IfNoneMatch: true}, Shape: objstore.ShapePlain, ContentType: "application/json"})
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, objstore.ErrPrecondition) {
+			existing, rerr := readReservation(ctx, g.store, key)
+			if rerr != nil {
+				return unverifiedErr("reading the reservation of epoch %d: %v", n, rerr)
+			}
+			if _, refuse := reservationOurs(existing, g.holder, claim); refuse != nil {
+				return refuse
+			}
+			return nil
+		}
+		if !isTransient(err) {
+			break
+		}
+		if berr := backoff(ctx, attempt); berr != nil {
+			break
+		}
+	}
+	return unverifiedErr("reserving epoch %d: %v", n, err)
+}
+
+func readReservation(ctx context.Context, store objstore.Store, key string) (reservation, error) {
+	rc, _, err := store.Get(ctx, key, objstore.GetOptions{})
+	if err != nil {
+		return reservation{}, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
+	if err != nil {
+		return reservation{}, err
+	}
+	var r reservation
+	if err := decodeDoc("reservation "+key, b, &r, func() int { return r.Format }); err != nil {
+		return reservation{}, err
+	}
+	return r, nil
+}
+
+// casRegister raises the register from the version read (etag; exists=false:
+// none) to epoch n with our claim. ok=false, err=nil means the
+// precondition failed (re-read and re-decide).
+func (g *Guard) casRegister(ctx context.Context, prev Register, etag string, exists bool, n uint64, claim string) (bool, error) {
+	doc := Register{Format: FormatVersion, Epoch: n, Holder: g.holder, ClaimID: claim, ClaimedAt: g.cfg.Now().UTC()}
+	if exists {
+		doc.PrevEpoch = prev.Epoch
+	}
+	b, _ := json.Marshal(doc)
+	cond := objstore.Condition{IfNoneMatch: true}
+	if exists {
+		cond = objstore.Condition{IfMatch: etag}
+	}
+	info, err := g.store.Put(ctx, g.lay.register(), bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
+		Cond: cond, Shape: objstore.ShapePlain, ContentType: "application/json"})
+	switch {
+	case err == nil:
+		g.noteRegister(doc, objstore.NormalizeETag(info.ETag))
+		return true, nil
+	case errors.Is(err, objstore.ErrPrecondition), isTransient(err):
+		return false, nil
+	case ctx.Err() != nil:
+		return false, err
+	}
+	return false, unverifiedErr("raising the register to %d: %v", n, err)
+}
+
+// maxReservation returns the highest reserved epoch (0 if none).
+func maxReservation(ctx context.Context, store objstore.Store, lay layout) (uint64, error) {
+	var m uint64
+	err := store.List(ctx, lay.epochsPrefix(), "/", func(e objstore.Entry) error {
+		if n, ok := parseEpochName(e.Key[len(lay.epochsPrefix()):]); ok && n > m {
+			m = n
+		}
+		return nil
+	})
+	return m, err
+}

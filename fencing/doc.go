@@ -1,0 +1,150 @@
+// Package fencing is fencefs's single door for mutations of the bucket: it
+// binds a fencing token (a leader epoch), fences writers whose epoch is
+// older, and makes every Put, Copy and Delete conditional on both the
+// object's base version and a validated epoch. The protocol is DESIGN.md
+// §3; this documentation states what it guarantees and how.
+//
+// # Objects
+//
+// Protocol objects live under <domain>.fencefs/ (ProtocolDir), hidden from
+// the filesystem and never writable through Guard:
+//
+//	epoch                 the register: JSON {format, epoch, holder, claim_id,
+//	                      prev_epoch, claimed_at}; written with If-Match only
+//	                      (If-None-Match:* the first time); never deleted
+//	epochs/<20-digit N>   create-once reservation of epoch N (an audit trail;
+//	                      no number is granted twice even if the register is
+//	                      reset)
+//	intents/<N>/<id>      "epoch N may be committing to key K on base B":
+//	                      written before the validation that precedes a commit
+//	swept/<N>             the takeover sweep of epoch N completed (gc uses it)
+//
+// Every committed object carries the stamps MetaEpoch, MetaHolder and
+// MetaWID (a write id unique per logical write, reused across retries), and
+// while a takeover sweep's record is young, MetaSwept (see "ETag ABA").
+//
+// # Binding
+//
+// Bind(N) reads the register; refuses N if the register is newer, or holds
+// N for another holder (ErrBadToken, saying who holds what); creates
+// epochs/N with If-None-Match:* (someone else's reservation: refused);
+// raises the register with If-Match on the ETag read (a lost race is
+// re-read and re-decided; a lost response is recognised by the claim id);
+// runs the takeover sweep; and only then is the Guard active. Bind(0) has
+// the register issue one above every epoch and reservation seen. The
+// holder is Config.Holder (a stable name: a restart with the same name and
+// token reclaims the epoch and fences the previous instance) or a random
+// per-instance id.
+//
+// The takeover sweep lists the intents of every older epoch (and of earlier
+// instances of this one), writes its own intent naming the keys and bases,
+// validates, and then, for each key, changes its ETag to one no older writer
+// can hold (server-side multipart copy onto itself in another shape, or a
+// conditional re-PUT when only the plain shape is fresh), or creates a
+// tombstone if the key is absent; then deletes the intents. Binding sweeps
+// whatever the binder's mode, so a strict writer is protected even when the
+// next leader runs in fast mode. A sweep interrupted half-way (crash, lost
+// storage) is finished by the next Bind of the same token or by any newer
+// epoch, ending in the same state: every key named by an older intent has a
+// fresh ETag or a tombstone, and no older intent remains.
+//
+// # Every mutation (strict)
+//
+//  1. if the Guard knows of a newer epoch: ErrFenced, no round trip;
+//  2. the intent for the key names the base (written once per key and base,
+//     shared by concurrent writes, early with Prepare/PrepareBase);
+//  3. validation: a GET of the register with If-None-Match on the cached
+//     ETag (normally a 304; concurrent mutations share one GET, and a GET
+//     always starts after the caller's intent was written). A newer epoch
+//     latches the Guard fenced; an unreadable register is ErrUnverified
+//     (fail closed: nothing is written);
+//  4. the commit, conditioned on the key itself: If-Match: base, or
+//     If-None-Match:* for a create;
+//  5. a refused commit is resolved with a HEAD: our write id there means our
+//     own retried write landed (success, never "fenced" or "stale"); a stamp
+//     of a newer epoch means fenced; else the register is validated once
+//     more (fenced) or the answer is ErrStale. 409 and 5xx are retried with
+//     the same write id and condition;
+//  6. the intent is deleted asynchronously once no commit needs it (never
+//     after an unknown outcome: the next sweep must see it).
+//
+// Why it is exact: B binds N+1 by raising the register (t1) then listing
+// intents (t2). A (epoch N) writes its intent (t3), validates (t4), commits.
+// If t3 > t2 then t4 > t1 and A's validation sees N+1: A never commits. If
+// t3 < t2, B's sweep changes the key's version: A's commit, whenever it
+// arrives, fails its precondition, unless it landed before the sweep, i.e.
+// before B was active. Every base a commit is conditioned on is named by
+// its intent before its validation (a sweep's own rewrites included), so
+// the intents name exactly the bases an older writer may still use.
+//
+// # Modes and their guarantees
+//
+//   - strict (default): no mutation of an epoch-N writer lands after a
+//     writer of a newer epoch is active, whatever the pauses (GC, SIGSTOP,
+//     VM freeze, partitions) between any two steps. Cost: an intent PUT per
+//     key (overlappable with the application's writes via Prepare) plus one
+//     conditional GET per commit. Requires strongly consistent LIST and
+//     atomic conditional PUT/Complete (checked by the probe).
+//   - fast: no intents: validate, then conditional commit (two round trips).
+//     A writer paused between a validation and its commit can still land
+//     that one commit after a newer epoch became active, if the key is
+//     still at the writer's base (the new epoch has not changed it; for a
+//     create: the key is still absent). On a key the new epoch did change,
+//     the commit is refused (ErrFenced). Validation, latching, stamps,
+//     lost-response resolution and the ABA record are as in strict.
+//   - off: no tokens, no register, no stamps of epochs: a plain S3
+//     filesystem. Commits are still conditioned on the base version the
+//     caller read (ErrStale on a concurrent change), and the write id still
+//     resolves lost responses. Bind fails with ErrBadToken.
+//
+// # ETag ABA
+//
+// An ETag is a hash of the content, so a new writer storing the exact bytes
+// of an old writer's base would restore that base's ETag and let a delayed
+// old commit through. The sweep records in the key's metadata (MetaSwept)
+// the bases older writers may hold, with the time; every commit carries the
+// record forward while an entry is younger than SignedRequestValidity
+// (default 15 min, the longest a signed request stays valid), and while it
+// is young a commit whose ETag would equal a recorded base uses another
+// upload shape (plain ↔ multipart, or another part count; the ETag is
+// predicted with objstore.ETagOf before uploading). A delete of such a key
+// writes a tombstone instead (a DELETE would drop the record with the
+// object). Tombstones contain the epoch and write id, so no two share an
+// ETag. The window: an old writer paused between its validation and the
+// signing of its commit for longer than SignedRequestValidity, whose base
+// bytes then reappear in the same shape, is not covered; raise the validity
+// if such pauses are possible. When both shapes of a small object (≤ 5 MiB,
+// which has only the plain and the one-part shape) are held as bases, the
+// commit or sweep waits for the older record entry to expire.
+//
+// # Tombstones
+//
+// A tombstone is an object with MetaTombstone "1" and a body of exactly
+// TombstoneSize bytes; readers treat it as absent (listings carry no
+// metadata: only entries of that size need a HEAD). Deletes write
+// tombstones when Config.TombstoneDeletes is set (for backends whose DELETE
+// ignores If-Match, where an unconditional DELETE cannot be fenced), and
+// sweeps write them at absent keys. A create over a tombstone is an
+// If-Match on its ETag; Put does that by itself when the caller saw the key
+// absent. gc removes old tombstones (see GC).
+//
+// # Errors
+//
+// Errors returned by Guard wrap one sentinel, with a message naming the
+// key, the epochs and the holders: ErrFenced (EROFS; the Guard stays
+// fenced until bound again), ErrStale (ESTALE), ErrUnverified (EIO: the
+// register, an intent or the sweep could not be read or written; the
+// storage error is wrapped too), ErrReadOnly (EROFS: no token), ErrBadToken
+// (EINVAL), or a storage sentinel (objstore.ErrUnavailable after retries
+// means the outcome is unknown).
+//
+// # Failpoints
+//
+// Config.Hooks pause a writer after its intent, after its validation, or
+// abort a sweep before a key; FailpointsFromEnv builds them from
+// $FENCEFS_FAILPOINTS for the real binary.
+//
+// # Concurrency
+//
+// A Guard is safe for concurrent use; see Guard for its locks.
+package fencing

@@ -1,0 +1,242 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// ReadRegister reads the fence domain's register without binding (for
+// `fencefs epoch show`), and the most recent reserved epochs (up to 10,
+// ascending). A missing register is an error wrapping objstore.ErrNotFound
+// (recent is still filled). Other errors wrap ErrUnverified or the
+// storage's.
+func ReadRegister(ctx context.Context, store objstore.Store, domain string) (Register, []uint64, error) {
+	lay := newLayout(domain)
+	var all []uint64
+	err := store.List(ctx, lay.epochsPrefix(), "/", func(e objstore.Entry) error {
+		if n, ok := parseEpochName(strings.TrimPrefix(e.Key, lay.epochsPrefix())); ok && !e.IsPrefix {
+			all = append(all, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return Register{}, nil, fmt.Errorf("listing epoch reservations: %w", err)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	if len(all) > 10 {
+		all = all[len(all)-10:]
+	}
+	reg, _, exists, err := readRegisterObj(ctx, store, lay)
+	if err != nil {
+		return Register{}, all, err
+	}
+	if !exists {
+		return Register{}, all, fmt.Errorf("no epoch register at %s: %w", lay.register(), objstore.ErrNotFound)
+	}
+	return reg, all, nil
+}
+
+// Raise binds token (0 = auto) with a short-lived strict Guard and closes
+// it: it raises the bucket's epoch without mounting (`fencefs epoch
+// raise`), running the takeover sweep like any binder, so that every older
+// writer is fenced when it returns. cfg.Mode is forced to strict;
+// cfg.Holder should name the caller (e.g. "cli:<host>").
+func Raise(ctx context.Context, store objstore.Store, cfg Config, token uint64) (uint64, error) {
+	cfg.Mode = ModeStrict
+	g, err := New(store, cfg)
+	if err != nil {
+		return 0, err
+	}
+	n, err := g.Bind(ctx, token)
+	if cerr := g.Close(ctx); err == nil && cerr != nil {
+		err = cerr
+	}
+	return n, err
+}
+
+// GCOptions configures GC.
+type GCOptions struct {
+	// Domain is the fence domain, as in Config.
+	Domain string
+	// Prefix limits the tombstone scan to keys under Domain+Prefix.
+	Prefix string
+	// TombstonesBefore: tombstones last modified before this time are
+	// removed, provided their ETag-ABA record has expired. Zero: tombstones
+	// are kept.
+	TombstonesBefore time.Time
+	// UploadsBefore: incomplete multipart uploads initiated before this time
+	// are aborted. Zero: uploads are kept.
+	UploadsBefore time.Time
+	// SignedRequestValidity as in Config (0 means the default): tombstones
+	// younger than this, or with a record entry younger than this, are kept.
+	SignedRequestValidity time.Duration
+	// DryRun reports what would be removed and removes nothing.
+	DryRun bool
+	// Report, if set, is called for each item removed (or that would be).
+	Report func(GCItem)
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// GCItem is one object gc removes.
+type GCItem struct {
+	Kind   string // "intent", "tombstone" or "upload"
+	Key    string
+	Epoch  uint64 // the intent's epoch, or the tombstone's
+	Reason string
+	// Err is set when the removal failed (the item stays).
+	Err error
+}
+
+// GCResult counts what GC removed (or would remove in a dry run).
+type GCResult struct {
+	Intents, Tombstones, Uploads int
+	Failed                       int
+}
+
+// GC removes protocol garbage (`fencefs gc`):
+//
+//   - intents of epochs older than the newest epoch whose takeover sweep
+//     completed (its marker under .fencefs/swept/): that sweep already
+//     changed every key they name, and any intent written after it listed
+//     them belongs to a writer whose validation fails. Intents of the epoch
+//     being swept now, or of a sweep that never completed, are kept.
+//   - tombstones older than TombstonesBefore whose ETag-ABA record has
+//     expired, by a DELETE conditioned on the tombstone's ETag. On a backend
+//     that ignores conditions on DELETE (see the probe), a create over the
+//     tombstone landing between gc's HEAD and its DELETE would be deleted
+//     with it: run gc when no mount writes, or not at all, there.
+//   - incomplete multipart uploads initiated before UploadsBefore.
+//
+// It never touches the register or the reservations. It returns the
+// counts and the first listing error; per-item failures are counted and
+// reported through Report.
+func GC(ctx context.Context, store objstore.Store, opts GCOptions) (GCResult, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.SignedRequestValidity <= 0 {
+		opts.SignedRequestValidity = DefaultSignedRequestValidity
+	}
+	lay := newLayout(opts.Domain)
+	var res GCResult
+	report := func(it GCItem) {
+		if it.Err != nil {
+			res.Failed++
+		}
+		if opts.Report != nil {
+			opts.Report(it)
+		}
+	}
+
+	// Intents.
+	var swept uint64
+	err := store.List(ctx, lay.sweptPrefix(), "/", func(e objstore.Entry) error {
+		if n, ok := parseEpochName(strings.TrimPrefix(e.Key, lay.sweptPrefix())); ok && n > swept {
+			swept = n
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("listing sweep markers: %w", err)
+	}
+	if swept > 0 {
+		var dirs []uint64
+		err := store.List(ctx, lay.intentsPrefix(), "/", func(e objstore.Entry) error {
+			if n, ok := parseEpochName(strings.TrimPrefix(e.Key, lay.intentsPrefix())); ok && e.IsPrefix && n < swept {
+				dirs = append(dirs, n)
+			}
+			return nil
+		})
+		if err != nil {
+			return res, fmt.Errorf("listing intents: %w", err)
+		}
+		for _, d := range dirs {
+			err := store.List(ctx, lay.intentDir(d), "", func(e objstore.Entry) error {
+				it := GCItem{Kind: "intent", Key: e.Key, Epoch: d, Reason: fmt.Sprintf("epoch %d < %d, whose sweep completed", d, swept)}
+				if !opts.DryRun {
+					if err := store.Delete(ctx, e.Key, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+						it.Err = err
+					}
+				}
+				if it.Err == nil {
+					res.Intents++
+				}
+				report(it)
+				return ctx.Err()
+			})
+			if err != nil {
+				return res, fmt.Errorf("listing intents of epoch %d: %w", d, err)
+			}
+		}
+	}
+
+	// Tombstones.
+	if !opts.TombstonesBefore.IsZero() {
+		now := opts.Now()
+		err := store.List(ctx, opts.Domain+opts.Prefix, "", func(e objstore.Entry) error {
+			if e.IsPrefix || e.Size != TombstoneSize || lay.isProtocolKey(e.Key) || !e.LastModified.Before(opts.TombstonesBefore) {
+				return nil
+			}
+			if now.Before(e.LastModified.Add(opts.SignedRequestValidity)) {
+				return nil
+			}
+			info, err := store.Stat(ctx, e.Key)
+			if err != nil || !isTombstone(info) {
+				return nil
+			}
+			if len(parseRecord(info.Meta[MetaSwept]).young(now, opts.SignedRequestValidity)) > 0 {
+				return nil
+			}
+			st := stampOf(info.Meta)
+			it := GCItem{Kind: "tombstone", Key: e.Key, Epoch: st.Epoch, Reason: "deleted at " + info.LastModified.UTC().Format(time.RFC3339)}
+			if !opts.DryRun {
+				err := store.Delete(ctx, e.Key, objstore.Condition{IfMatch: objstore.NormalizeETag(info.ETag)})
+				if err != nil && !errors.Is(err, objstore.ErrPrecondition) {
+					it.Err = err
+				}
+				if errors.Is(err, objstore.ErrPrecondition) {
+					return nil // re-created meanwhile: not garbage any more
+				}
+			}
+			if it.Err == nil {
+				res.Tombstones++
+			}
+			report(it)
+			return ctx.Err()
+		})
+		if err != nil {
+			return res, fmt.Errorf("listing tombstones: %w", err)
+		}
+	}
+
+	// Incomplete uploads.
+	if !opts.UploadsBefore.IsZero() {
+		err := store.ListUploads(ctx, opts.Domain, func(u objstore.Upload) error {
+			if !u.Initiated.Before(opts.UploadsBefore) {
+				return nil
+			}
+			it := GCItem{Kind: "upload", Key: u.Key, Reason: "initiated at " + u.Initiated.UTC().Format(time.RFC3339) + ", upload " + u.UploadID}
+			if !opts.DryRun {
+				if err := store.AbortUpload(ctx, u.Key, u.UploadID); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+					it.Err = err
+				}
+			}
+			if it.Err == nil {
+				res.Uploads++
+			}
+			report(it)
+			return ctx.Err()
+		})
+		if err != nil {
+			return res, fmt.Errorf("listing incomplete uploads: %w", err)
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,388 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/fencefs/fencefs/objstore/memstore"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// opCounter counts a memstore's writes by kind and key prefix.
+type opCounter struct {
+	mu   sync.Mutex
+	puts map[string]int
+}
+
+func countPuts(s *memstore.Store) *opCounter {
+	c := &opCounter{puts: map[string]int{}}
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if ev.Phase == memstore.PhaseAfter && ev.Op == memstore.OpPut && ev.Err == nil {
+			kind := "data"
+			if strings.Contains(ev.Key, ".fencefs/intents/") {
+				kind = "intent"
+			}
+			c.mu.Lock()
+			c.puts[kind]++
+			c.mu.Unlock()
+		}
+		return nil
+	})
+	return c
+}
+
+func (c *opCounter) get(kind string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.puts[kind]
+}
+
+func TestPrepareWritesTheIntentBeforeTheCommit(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	s := memstore.New()
+	g := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, g, 1)
+	c := countPuts(s)
+	old := rawPut(t, ctx, s, "p/old", "v0")
+
+	g.Prepare("p/new")
+	g.PrepareBase("p/old", VersionOf(old))
+	waitFor(t, ctx, func() bool { return c.get("intent") == 2 })
+	if _, err := gput(ctx, g, "p/new", "created", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gput(ctx, g, "p/old", "v1", VersionOf(old)); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.get("intent"); n != 2 {
+		t.Errorf("%d intent writes; the commits should have reused the prepared ones", n)
+	}
+	// An overwrite prepared without its base rewrites the intent once.
+	_, cur, _ := read(t, ctx, s, "p/old")
+	g.Prepare("p/other")
+	waitFor(t, ctx, func() bool { return c.get("intent") == 3 })
+	other := rawPut(t, ctx, s, "p/other", "x")
+	if _, err := gput(ctx, g, "p/other", "y", VersionOf(other)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gput(ctx, g, "p/old", "v2", VersionOf(cur)); err != nil {
+		t.Fatal(err)
+	}
+	// p/other: 1 (Prepare) + 1 (base added); p/old: 1 more (new base).
+	if n := c.get("intent"); n != 5 {
+		t.Errorf("%d intent writes, want 5", n)
+	}
+	// Prepare is a no-op on a guard that cannot write.
+	ro := newGuard(t, s, Config{})
+	ro.Prepare("p/x")
+	if err := ro.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.get("intent"); n != 5 {
+		t.Errorf("an unbound guard wrote an intent")
+	}
+}
+
+func TestSettledIntentsAreDeletedAndCloseCleansUp(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	s := memstore.New()
+	g := newGuard(t, s, Config{Holder: "A", IntentLinger: time.Millisecond})
+	bind(t, ctx, g, 1)
+	if _, err := gput(ctx, g, "i/a", "x", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, func() bool { return countIntents(t, ctx, s) == 0 })
+	// A prepared intent is kept while the handle is dirty, and goes soon
+	// after the commit.
+	g.Prepare("i/p")
+	waitFor(t, ctx, func() bool { return countIntents(t, ctx, s) == 1 })
+	time.Sleep(5 * time.Millisecond) // several lingers: still kept
+	if countIntents(t, ctx, s) != 1 {
+		t.Fatal("a prepared intent was dropped while its handle is dirty")
+	}
+	if _, err := gput(ctx, g, "i/p", "x", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, func() bool { return countIntents(t, ctx, s) == 0 })
+
+	h := newGuard(t, s, Config{Holder: "B"}) // linger 1h
+	bind(t, ctx, h, 2)
+	if _, err := gput(ctx, h, "i/b", "x", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	if countIntents(t, ctx, s) != 1 {
+		t.Fatal("the lingering intent is gone early")
+	}
+	if err := h.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countIntents(t, ctx, s); n != 0 {
+		t.Errorf("%d intents after Close", n)
+	}
+	if _, err := gput(ctx, h, "i/c", "x", Version{}); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("Put after Close = %v", err)
+	}
+
+	// An unknown outcome leaves its intent for the next sweep.
+	u := newGuard(t, s, Config{Holder: "C", IntentLinger: time.Millisecond})
+	bind(t, ctx, u, 3)
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if ev.Key == "i/u" && (ev.Op == memstore.OpPut || ev.Op == memstore.OpStat) {
+			return objstore.ErrUnavailable
+		}
+		return nil
+	})
+	_, err := gput(ctx, u, "i/u", "x", Version{})
+	if !errors.Is(err, objstore.ErrUnavailable) || !strings.Contains(err.Error(), "outcome unknown") {
+		t.Fatalf("Put through an unavailable store = %v", err)
+	}
+	s.SetHook(nil)
+	if err := u.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countIntents(t, ctx, s); n != 1 {
+		t.Errorf("%d intents left after an unknown outcome, want 1 (for the next sweep)", n)
+	}
+}
+
+func TestMutationsWaitForTheSweep(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, a, 1)
+	a.mu.Lock()
+	ts := tokenState{mode: ModeStrict, token: a.token, claim: a.claim}
+	a.mu.Unlock()
+	if _, err := a.ensureIntent(ctx, ts, "w/k", ""); err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	var inSweep atomic.Bool
+	b := newGuard(t, s, Config{Holder: "B", Hooks: Hooks{BeforeSweepKey: func(ctx context.Context, key string) error {
+		inSweep.Store(true)
+		<-gate
+		return nil
+	}}})
+	bound := make(chan error, 1)
+	go func() { _, err := b.Bind(ctx, 2); bound <- err }()
+	waitFor(t, ctx, inSweep.Load)
+	if st := b.Status(); st.State != StateSweeping || st.Token != 2 {
+		t.Fatalf("status during the sweep: %+v", st)
+	}
+	put := make(chan error, 1)
+	go func() { _, err := gput(ctx, b, "w/other", "x", Version{}); put <- err }()
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	_, err := gput(short, b, "w/third", "x", Version{})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a mutation during the sweep = %v, want it to wait (until its context ends)", err)
+	}
+	select {
+	case err := <-put:
+		t.Fatalf("a mutation completed before the sweep: %v", err)
+	default:
+	}
+	close(gate)
+	if err := <-bound; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-put; err != nil {
+		t.Fatalf("the waiting mutation after activation: %v", err)
+	}
+}
+
+func TestFenceDomainsAreIndependent(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A", Domain: "a/"})
+	b := newGuard(t, s, Config{Holder: "B", Domain: "b/"})
+	bind(t, ctx, a, 5)
+	bind(t, ctx, b, 5) // the same number in another domain
+	if _, err := gput(ctx, a, "a/f", "x", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gput(ctx, b, "b/f", "x", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, "a/.fencefs/epoch"); err != nil {
+		t.Errorf("register of domain a/: %v", err)
+	}
+	if _, err := gput(ctx, a, "a/.fencefs/epoch", "{}", Version{}); !errors.Is(err, objstore.ErrInvalid) {
+		t.Errorf("the domain's protocol objects are writable: %v", err)
+	}
+	if reg, _, err := ReadRegister(ctx, s, "b/"); err != nil || reg.Holder != "B" {
+		t.Errorf("ReadRegister(b/) = %+v %v", reg, err)
+	}
+	if _, _, err := ReadRegister(ctx, s, "c/"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("ReadRegister of a domain never bound = %v, want ErrNotFound", err)
+	}
+}
+
+func TestRaiseFencesWithoutMounting(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, a, 0)
+	n, err := Raise(ctx, s, Config{Holder: "cli:host", Mode: ModeFast}, 0)
+	if err != nil || n != 2 {
+		t.Fatalf("Raise = %d, %v", n, err)
+	}
+	_, err = gput(ctx, a, "f", "x", Version{})
+	mustFenced(t, "after raise", err, "held by holder cli:host")
+	if _, err := Raise(ctx, s, Config{Holder: "cli:host"}, 1); !errors.Is(err, ErrBadToken) {
+		t.Errorf("Raise to an older token = %v", err)
+	}
+}
+
+func TestUnreadableRegisterFailsClosed(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	s := memstore.New()
+	g := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, g, 1)
+	var broken atomic.Bool
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if broken.Load() && ev.Op == memstore.OpGet && strings.HasSuffix(ev.Key, ".fencefs/epoch") {
+			return objstore.ErrUnavailable
+		}
+		return nil
+	})
+	broken.Store(true)
+	_, err := gput(ctx, g, "k", "x", Version{})
+	if !errors.Is(err, ErrUnverified) || !errors.Is(err, objstore.ErrUnavailable) {
+		t.Fatalf("Put with an unreadable register = %v, want ErrUnverified wrapping the cause", err)
+	}
+	if _, err := s.Stat(ctx, "k"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Error("the commit was attempted without a validation")
+	}
+	broken.Store(false)
+	if _, err := gput(ctx, g, "k", "x", Version{}); err != nil {
+		t.Errorf("after the register is readable again: %v", err)
+	}
+	// A register older than our token (reset) is not trusted either.
+	if err := s.Delete(ctx, ".fencefs/epoch", objstore.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gput(ctx, g, "k2", "x", Version{}); !errors.Is(err, ErrUnverified) || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("Put with the register deleted = %v", err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	s := memstore.New()
+	reg := prometheus.NewRegistry()
+	a := newGuard(t, s, Config{Holder: "A", Registerer: reg})
+	bind(t, ctx, a, 3)
+	if _, err := gput(ctx, a, "m", "x", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	b := newGuard(t, s, Config{Holder: "B", Registerer: reg}) // shares the collectors
+	bind(t, ctx, b, 4)
+	if _, err := gput(ctx, a, "m2", "x", Version{}); !errors.Is(err, ErrFenced) {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName() + labels(m)
+			got[name] += value(m)
+		}
+	}
+	for name, want := range map[string]float64{
+		"fencefs_fencing_fenced_refusals_total{op=create}":            1,
+		"fencefs_fencing_commit_outcomes_total{op=create,outcome=ok}": 1,
+		"fencefs_fencing_sweeps_total":                                2,
+		"fencefs_fencing_swept_keys_total":                            1, // A's lingering intent on m
+		"fencefs_fencing_state{state=fenced}":                         1,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", name, got[name], want, got)
+		}
+	}
+	if got["fencefs_fencing_validations_total{result=not_modified}"] == 0 {
+		t.Errorf("no 304 validation counted: %v", got)
+	}
+}
+
+func labels(m *dto.Metric) string {
+	if len(m.GetLabel()) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, l := range m.GetLabel() {
+		parts = append(parts, l.GetName()+"="+l.GetValue())
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return 0
+}
+
+func countIntents(t testing.TB, ctx context.Context, s objstore.Store) int {
+	t.Helper()
+	n := 0
+	if err := s.List(ctx, ".fencefs/intents/", "", func(objstore.Entry) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitFor polls cond until it holds (bounded by ctx).
+func waitFor(t testing.TB, ctx context.Context, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("condition never held")
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func TestConflictsAreRetriedWithTheSameWriteID(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	s := memstore.New()
+	g := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, g, 1)
+	var attempts atomic.Int32
+	var wids sync.Map
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if ev.Op == memstore.OpPut && ev.Key == "c" && ev.Phase == memstore.PhaseBefore {
+			if attempts.Add(1) <= 2 {
+				return objstore.ErrConflict // 409: a concurrent conditional operation
+			}
+		}
+		if ev.Op == memstore.OpPut && ev.Key == "c" && ev.Phase == memstore.PhaseAfter && ev.Err == nil {
+			wids.Store(ev.Info.Meta[MetaWID], true)
+		}
+		return nil
+	})
+	info, err := gput(ctx, g, "c", "x", Version{})
+	if err != nil {
+		t.Fatalf("Put through two 409s: %v", err)
+	}
+	if n := attempts.Load(); n != 3 {
+		t.Errorf("%d attempts, want 3", n)
+	}
+	if _, ok := wids.Load(info.Meta[MetaWID]); !ok {
+		t.Errorf("the committed write id %s is not the one returned", info.Meta[MetaWID])
+	}
+}

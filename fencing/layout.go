@@ -1,0 +1,147 @@
+package fencing
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FormatVersion is the format of the register, reservation and intent
+// objects this package writes. A newer format in the bucket makes binding
+// and validation fail closed (ErrUnverified) instead of guessing.
+const FormatVersion = 1
+
+// Protocol key layout under <domain>.fencefs/ (see DESIGN.md §3).
+const (
+	registerName = "epoch"
+	epochsDir    = "epochs/"
+	intentsDir   = "intents/"
+	sweptDir     = "swept/"
+)
+
+// layout computes the protocol keys of one fence domain.
+type layout struct{ base string } // base = domain + ".fencefs/"
+
+func newLayout(domain string) layout { return layout{base: domain + ProtocolDir + "/"} }
+
+func (l layout) register() string            { return l.base + registerName }
+func (l layout) epochsPrefix() string        { return l.base + epochsDir }
+func (l layout) reservation(n uint64) string { return l.base + epochsDir + epochName(n) }
+func (l layout) intentsPrefix() string       { return l.base + intentsDir }
+func (l layout) intentDir(n uint64) string   { return l.base + intentsDir + epochName(n) + "/" }
+func (l layout) intent(n uint64, id string) string {
+	return l.intentDir(n) + id
+}
+func (l layout) sweptPrefix() string         { return l.base + sweptDir }
+func (l layout) sweptMarker(n uint64) string { return l.base + sweptDir + epochName(n) }
+
+// isProtocolKey reports whether key lies under the domain's protocol
+// directory, which Guard never lets callers mutate.
+func (l layout) isProtocolKey(key string) bool { return strings.HasPrefix(key, l.base) }
+
+// epochName is the 20-digit zero-padded decimal form used in keys, so that
+// lexical order is numeric order.
+func epochName(n uint64) string { return fmt.Sprintf("%020d", n) }
+
+// parseEpochName parses a 20-digit epoch name (with an optional trailing
+// "/"), reporting false for anything else.
+func parseEpochName(s string) (uint64, bool) {
+	s = strings.TrimSuffix(s, "/")
+	if len(s) != 20 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
+}
+
+// Register is the content of the epoch register object.
+type Register struct {
+	Format    int       `json:"format"`
+	Epoch     uint64    `json:"epoch"`
+	Holder    string    `json:"holder"`
+	ClaimID   string    `json:"claim_id"`
+	PrevEpoch uint64    `json:"prev_epoch"`
+	ClaimedAt time.Time `json:"claimed_at"`
+}
+
+// reservation is the content of epochs/<N>.
+type reservation struct {
+	Format     int       `json:"format"`
+	Epoch      uint64    `json:"epoch"`
+	Holder     string    `json:"holder"`
+	ClaimID    string    `json:"claim_id"`
+	ReservedAt time.Time `json:"reserved_at"`
+}
+
+// intentDoc is the content of intents/<N>/<id>: the keys epoch N may be
+// committing to, each with the bases ("" = absent) its commits are
+// conditioned on.
+type intentDoc struct {
+	Format  int           `json:"format"`
+	Epoch   uint64        `json:"epoch"`
+	Holder  string        `json:"holder"`
+	ClaimID string        `json:"claim_id"`
+	Keys    []intentEntry `json:"keys"`
+	Written time.Time     `json:"written"`
+	// Sweep marks the intent a takeover sweep writes for its own rewrites.
+	Sweep bool `json:"sweep,omitempty"`
+}
+
+type intentEntry struct {
+	Key   string   `json:"key"`
+	Bases []string `json:"bases"`
+}
+
+// sweptMarker is the content of swept/<N>: the sweep of epoch N completed.
+type sweptMarkerDoc struct {
+	Format  int       `json:"format"`
+	Epoch   uint64    `json:"epoch"`
+	Holder  string    `json:"holder"`
+	Intents int       `json:"intents"`
+	Keys    int       `json:"keys"`
+	Done    time.Time `json:"done"`
+}
+
+func decodeDoc(what string, b []byte, v any, format func() int) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: %s is not valid JSON: %v", ErrUnverified, what, err)
+	}
+	if f := format(); f < 1 || f > FormatVersion {
+		return fmt.Errorf("%w: %s has format %d; this fencefs understands format %d", ErrUnverified, what, f, FormatVersion)
+	}
+	return nil
+}
+
+func decodeRegister(b []byte) (Register, error) {
+	var r Register
+	err := decodeDoc("the epoch register", b, &r, func() int { return r.Format })
+	return r, err
+}
+
+// randomID returns n random bytes in hex.
+func randomID(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("fencing: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b)
+}
+
+// newWID returns a fresh write id (unique per logical write).
+func newWID() string { return randomID(12) }
+
+func randUint64() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("fencing: crypto/rand failed: " + err.Error())
+	}
+	var v uint64
+	for _, c := range b {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}

@@ -1,0 +1,110 @@
+package fencing
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the package's Prometheus metrics; a nil *metrics records
+// nothing. Labels are low-cardinality: op, outcome, state.
+type metrics struct {
+	token       prometheus.Gauge
+	epochSeen   prometheus.Gauge
+	state       *prometheus.GaugeVec
+	refusals    *prometheus.CounterVec // fenced refusals by op
+	outcomes    *prometheus.CounterVec // commit outcomes by op and outcome
+	validations *prometheus.CounterVec // by result
+	sweeps      prometheus.Counter
+	sweptIntent prometheus.Counter
+	sweptKeys   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		return nil
+	}
+	m := &metrics{
+		token: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "token", Help: "The fencing token this mount is bound to (0 when unbound)."}),
+		epochSeen: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "epoch_seen", Help: "The newest epoch seen in the bucket's register."}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "state", Help: "1 for the current fencing state of this mount, 0 for the others."}, []string{"state"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "fenced_refusals_total", Help: "Mutations refused because the mount is fenced, by operation."}, []string{"op"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "commit_outcomes_total", Help: "Outcomes of conditional commits, by operation and outcome."}, []string{"op", "outcome"}),
+		validations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "validations_total", Help: "Register validations, by result (not_modified, changed, fenced, error)."}, []string{"result"}),
+		sweeps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "sweeps_total", Help: "Takeover sweeps completed."}),
+		sweptIntent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "swept_intents_total", Help: "Intents of older epochs processed by takeover sweeps."}),
+		sweptKeys: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "swept_keys_total", Help: "Keys rewritten or tombstoned by takeover sweeps."}),
+	}
+	m.token = register(reg, m.token).(prometheus.Gauge)
+	m.epochSeen = register(reg, m.epochSeen).(prometheus.Gauge)
+	m.state = register(reg, m.state).(*prometheus.GaugeVec)
+	m.refusals = register(reg, m.refusals).(*prometheus.CounterVec)
+	m.outcomes = register(reg, m.outcomes).(*prometheus.CounterVec)
+	m.validations = register(reg, m.validations).(*prometheus.CounterVec)
+	m.sweeps = register(reg, m.sweeps).(prometheus.Counter)
+	m.sweptIntent = register(reg, m.sweptIntent).(prometheus.Counter)
+	m.sweptKeys = register(reg, m.sweptKeys).(prometheus.Counter)
+	return m
+}
+
+// register registers c, or returns the collector already registered under
+// the same description (several Guards in one process share metrics).
+func register(reg prometheus.Registerer, c prometheus.Collector) prometheus.Collector {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			return are.ExistingCollector
+		}
+	}
+	return c
+}
+
+func (m *metrics) setState(s State, token, epoch uint64) {
+	if m == nil {
+		return
+	}
+	for _, st := range []State{StateUnbound, StateSweeping, StateActive, StateFenced, StateOff} {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.state.WithLabelValues(string(st)).Set(v)
+	}
+	m.token.Set(float64(token))
+	m.epochSeen.Set(float64(epoch))
+}
+
+func (m *metrics) refused(op string) {
+	if m != nil {
+		m.refusals.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *metrics) outcome(op, outcome string) {
+	if m != nil {
+		m.outcomes.WithLabelValues(op, outcome).Inc()
+	}
+}
+
+func (m *metrics) validation(result string) {
+	if m != nil {
+		m.validations.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *metrics) swept(intents, keys int) {
+	if m != nil {
+		m.sweeps.Inc()
+		m.sweptIntent.Add(float64(intents))
+		m.sweptKeys.Add(float64(keys))
+	}
+}

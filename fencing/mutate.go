@@ -1,0 +1,439 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// Retry budgets of one mutation.
+const (
+	maxTransientRetries = 6 // 409 and 5xx/timeouts, same condition and write id
+	maxRebases          = 4 // create over a tombstone and back
+)
+
+// commitFunc performs the store call of a mutation with the given
+// precondition and stamped metadata (and, for Put and Copy, the young ABA
+// record to keep away from).
+type commitFunc func(ctx context.Context, cond objstore.Condition, base Version, rec record) (objstore.ObjectInfo, error)
+
+// mutation is the state of one logical write.
+type mutation struct {
+	op   string // put, create, copy, delete: for messages and metrics
+	kind writeKind
+	key  string
+	base Version
+	ts   tokenState
+	wid  string
+}
+
+// Put writes size bytes of body at key, conditioned on base (If-Match its
+// ETag, or If-None-Match:* when base is absent; a tombstone found where
+// the caller saw nothing is created over, as it means "deleted"). meta is
+// the user metadata; Guard adds the stamps and carries the ETag-ABA record.
+// body must not change during the call (it may be read more than once).
+//
+// Errors: ErrReadOnly (no token), ErrFenced (a newer epoch exists; the
+// Guard latches), ErrStale (the key is no longer at base), ErrUnverified
+// (the register could not be read: nothing was attempted), or a storage
+// error (objstore.ErrUnavailable after retries: the outcome is unknown;
+// objstore.ErrInvalid …). A commit whose response was lost but which
+// landed is reported as success, found by its write id.
+func (g *Guard) Put(ctx context.Context, key string, body io.ReaderAt, size int64, base Version, meta Meta) (objstore.ObjectInfo, error) {
+	op := "put"
+	if !base.Exists() || base.Tombstone {
+		op = "create"
+	}
+	ts, err := g.begin(ctx, op, key)
+	if err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	defer g.end()
+	m := &mutation{op: op, kind: kindPut, key: key, base: base, ts: ts, wid: newWID()}
+	return g.run(ctx, m, func(ctx context.Context, cond objstore.Condition, base Version, rec record) (objstore.ObjectInfo, error) {
+		shape, parts, err := g.pickShape(ctx, rec, size, etagFromContent(g.sizing, body, size))
+		if err != nil {
+			return objstore.ObjectInfo{}, err
+		}
+		return g.store.Put(ctx, key, body, size, objstore.PutOptions{
+			Cond: cond, Meta: g.stamped(meta, m, rec), Shape: shape, Parts: parts})
+	})
+}
+
+// Copy copies version srcETag of src onto dst server-side, conditioned on
+// dstBase like Put. meta nil keeps src's user metadata (stamps renewed).
+// Errors as Put, plus ErrStale when src is no longer at srcETag and
+// objstore.ErrNotFound when src is gone.
+func (g *Guard) Copy(ctx context.Context, src, srcETag, dst string, dstBase Version, meta Meta) (objstore.ObjectInfo, error) {
+	ts, err := g.begin(ctx, "copy", dst)
+	if err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	defer g.end()
+	srcETag = objstore.NormalizeETag(srcETag)
+	srcInfo, err := g.store.Stat(ctx, src)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return objstore.ObjectInfo{}, fmt.Errorf("copy %s to %s: source: %w", src, dst, err)
+	case err != nil:
+		return objstore.ObjectInfo{}, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	case isTombstone(srcInfo):
+		return objstore.ObjectInfo{}, fmt.Errorf("copy %s to %s: source was deleted: %w", src, dst, objstore.ErrNotFound)
+	case objstore.NormalizeETag(srcInfo.ETag) != srcETag:
+		return objstore.ObjectInfo{}, g.staleOrFenced(ctx, ts, "copy", src, srcInfo,
+			fmt.Sprintf("the source changed (ETag %s, expected %s)", srcInfo.ETag, srcETag))
+	}
+	if meta == nil {
+		meta = Meta{}
+		for k, v := range srcInfo.Meta {
+			if !IsStampKey(k) {
+				meta[k] = v
+			}
+		}
+	}
+	m := &mutation{op: "copy", kind: kindPut, key: dst, base: dstBase, ts: ts, wid: newWID()}
+	return g.run(ctx, m, func(ctx context.Context, cond objstore.Condition, base Version, rec record) (objstore.ObjectInfo, error) {
+		plain := ""
+		if _, mp := objstore.IsMultipartETag(srcETag); !mp {
+			plain = srcETag
+		}
+		shape, parts, err := g.pickShape(ctx, rec, srcInfo.Size, etagFromPlain(plain))
+		if errors.Is(err, errNeedContent) {
+			body, ferr := g.fetch(ctx, src, srcETag, srcInfo.Size)
+			if ferr != nil {
+				return objstore.ObjectInfo{}, ferr
+			}
+			defer body.Close()
+			shape, parts, err = g.pickShape(ctx, rec, srcInfo.Size, etagFromContent(g.sizing, body, srcInfo.Size))
+		}
+		if err != nil {
+			return objstore.ObjectInfo{}, err
+		}
+		return g.store.Copy(ctx, src, srcETag, dst, objstore.PutOptions{
+			Cond: cond, Meta: g.stamped(meta, m, rec), ContentType: srcInfo.ContentType, Shape: shape, Parts: parts})
+	})
+}
+
+// Delete removes key, conditioned on base (which must exist). It writes a
+// tombstone instead of a DELETE when Config.TombstoneDeletes is set, or
+// while the key carries a young ETag-ABA record (a DELETE would drop the
+// record with the object, and a delayed commit of an older writer could
+// then land on a re-created key). Deleting a key that is already gone
+// (absent or a tombstone) after the base was read succeeds.
+// Errors as Put; objstore.ErrNotFound when base is absent or a tombstone.
+func (g *Guard) Delete(ctx context.Context, key string, base Version) error {
+	if !base.Exists() || base.Tombstone {
+		return fmt.Errorf("delete %s: nothing to delete (no base version): %w", key, objstore.ErrNotFound)
+	}
+	ts, err := g.begin(ctx, "delete", key)
+	if err != nil {
+		return err
+	}
+	defer g.end()
+	m := &mutation{op: "delete", kind: kindDelete, key: key, base: base, ts: ts, wid: newWID()}
+	_, err = g.run(ctx, m, func(ctx context.Context, cond objstore.Condition, base Version, rec record) (objstore.ObjectInfo, error) {
+		// A DELETE would drop the ABA record with the object: while it is
+		// young, an older writer's create (If-None-Match) or a re-create
+		// of identical bytes could let a delayed commit land. Tombstone.
+		if g.cfg.TombstoneDeletes || len(rec) > 0 {
+			meta := map[string]string{}
+			if len(rec) > 0 {
+				meta[MetaSwept] = rec.String()
+			}
+			return g.putTombstone(ctx, key, ts, m.wid, cond, meta)
+		}
+		return objstore.ObjectInfo{}, g.store.Delete(ctx, key, cond)
+	})
+	return err
+}
+
+// run is the protocol of one mutation (DESIGN.md §3, "Every mutation"):
+// intent (strict), validation (strict, fast), conditional commit, outcome
+// resolution, retries.
+func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objstore.ObjectInfo, error) {
+	var ki *keyIntent
+	definitive := true
+	defer func() {
+		if ki != nil {
+			g.mu.Lock()
+			ki.keepUntil = time.Time{} // committed: only the short linger applies
+			g.mu.Unlock()
+			g.settle(ki, definitive)
+		}
+	}()
+	transient, rebases := 0, 0
+	validated := false
+	for {
+		// The ETag-ABA record of the version we replace: known from the
+		// caller's read, or read now with a HEAD that overlaps the intent
+		// write.
+		var headCh chan headResult
+		var rec record
+		switch {
+		case !m.base.Exists() || m.ts.mode == ModeOff:
+		case m.base.SweptKnown:
+			rec = parseRecord(m.base.Swept)
+		default:
+			headCh = make(chan headResult, 1)
+			go func(key string) {
+				info, exists, err := g.head(ctx, key)
+				headCh <- headResult{info, exists, err}
+			}(m.key)
+		}
+		if m.ts.mode == ModeStrict && !validated {
+			var err error
+			if ki == nil {
+				ki, err = g.ensureIntent(ctx, m.ts, m.key, m.base.ETag)
+			} else {
+				err = g.cover(ctx, ki, m.base.ETag)
+			}
+			if err != nil {
+				if headCh != nil {
+					<-headCh
+				}
+				return objstore.ObjectInfo{}, err
+			}
+			if h := g.cfg.Hooks.AfterIntent; h != nil {
+				h(ctx, m.key)
+			}
+		}
+		if headCh != nil {
+			h := <-headCh
+			if h.err != nil {
+				return objstore.ObjectInfo{}, fmt.Errorf("%s %s: %w", m.op, m.key, h.err)
+			}
+			if !h.exists || objstore.NormalizeETag(h.info.ETag) != m.base.ETag {
+				// Already not at base: resolve without committing.
+				info, next, err := g.resolveFailed(ctx, m, h.info, h.exists)
+				if next == nil {
+					return info, err
+				}
+				if rebases++; rebases > maxRebases {
+					return objstore.ObjectInfo{}, staleErr(m.op, m.key, "the key keeps changing")
+				}
+				m.base, validated = *next, false
+				continue
+			}
+			rec = parseRecord(h.info.Meta[MetaSwept])
+		}
+		rec = rec.young(g.cfg.Now(), g.cfg.SignedRequestValidity)
+
+		if m.ts.mode != ModeOff && !validated {
+			if err := g.validate(ctx, m.ts, m.op, m.key); err != nil {
+				return objstore.ObjectInfo{}, err
+			}
+			validated = true
+			if h := g.cfg.Hooks.AfterValidate; h != nil {
+				h(ctx, m.key)
+			}
+		}
+
+		cond := objstore.Condition{IfNoneMatch: true}
+		if m.base.Exists() {
+			cond = objstore.Condition{IfMatch: m.base.ETag}
+		}
+		info, err := commit(ctx, cond, m.base, rec)
+		switch {
+		case err == nil:
+			g.met.outcome(m.op, "ok")
+			return info, nil
+		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
+			cur, exists, herr := g.head(ctx, m.key)
+			if herr != nil {
+				definitive = false
+				return objstore.ObjectInfo{}, fmt.Errorf("%s %s: resolving a refused commit: %w", m.op, m.key, herr)
+			}
+			info, next, rerr := g.resolveFailed(ctx, m, cur, exists)
+			if next == nil {
+				if rerr != nil && errors.Is(err, objstore.ErrNotFound) && !errors.Is(rerr, ErrFenced) && m.op == "copy" {
+					return objstore.ObjectInfo{}, fmt.Errorf("copy to %s: %w", m.key, err) // the source vanished
+				}
+				return info, rerr
+			}
+			if rebases++; rebases > maxRebases {
+				return objstore.ObjectInfo{}, staleErr(m.op, m.key, "the key keeps changing")
+			}
+			m.base, validated = *next, false
+		case isTransient(err):
+			g.met.outcome(m.op, "retry")
+			if transient++; transient > maxTransientRetries {
+				// Out of retries: maybe one attempt landed.
+				if cur, exists, herr := g.head(ctx, m.key); herr == nil && exists && stampOf(cur.Meta).WID == m.wid {
+					g.met.outcome(m.op, "resolved_ours")
+					return cur, nil
+				}
+				definitive = false
+				g.met.outcome(m.op, "unknown")
+				return objstore.ObjectInfo{}, fmt.Errorf("%s %s: outcome unknown after retries: %w", m.op, m.key, err)
+			}
+			if berr := backoff(ctx, transient); berr != nil {
+				definitive = false
+				return objstore.ObjectInfo{}, fmt.Errorf("%s %s: outcome unknown: %w", m.op, m.key, berr)
+			}
+		case errors.Is(err, errNoFreshShape):
+			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: %w", m.op, m.key, err)
+		case ctx.Err() != nil:
+			definitive = false
+			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: outcome unknown: %w", m.op, m.key, err)
+		default:
+			g.met.outcome(m.op, "error")
+			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: %w", m.op, m.key, err)
+		}
+	}
+}
+
+// resolveFailed decides what a refused (or pre-empted) commit means from
+// the key's current state. next != nil means: retry with that base.
+func (g *Guard) resolveFailed(ctx context.Context, m *mutation, cur objstore.ObjectInfo, exists bool) (objstore.ObjectInfo, *Version, error) {
+	switch resolve(m.kind, cur, exists, m.ts.token, m.wid, m.base) {
+	case outcomeOurs:
+		g.met.outcome(m.op, "resolved_ours")
+		return cur, nil, nil
+	case outcomeFenced:
+		s := stampOf(cur.Meta)
+		reason := fmt.Sprintf("key %s was written by epoch %d (%s), newer than our token %d", m.key, s.Epoch, holderName(s.Holder), m.ts.token)
+		g.met.outcome(m.op, "fenced")
+		if m.ts.mode != ModeOff {
+			g.latchFenced(m.ts.token, m.ts.claim, reason)
+			g.met.refused(m.op)
+			return objstore.ObjectInfo{}, nil, fencedErr(m.op, m.key, reason)
+		}
+		return objstore.ObjectInfo{}, nil, staleErr(m.op, m.key, reason)
+	case outcomeRetryOverTombstone:
+		v := VersionOf(cur)
+		return objstore.ObjectInfo{}, &v, nil
+	case outcomeRetryCreate:
+		return objstore.ObjectInfo{}, &Version{}, nil
+	case outcomeGone:
+		if m.ts.mode != ModeOff {
+			if err := g.validate(ctx, m.ts, m.op, m.key); err != nil {
+				return objstore.ObjectInfo{}, nil, err
+			}
+		}
+		g.met.outcome(m.op, "gone")
+		return objstore.ObjectInfo{}, nil, nil
+	}
+	// Someone else changed the key: fenced if a newer epoch exists, else stale.
+	if m.ts.mode != ModeOff {
+		if err := g.validate(ctx, m.ts, m.op, m.key); err != nil {
+			g.met.outcome(m.op, "fenced")
+			return objstore.ObjectInfo{}, nil, err
+		}
+	}
+	g.met.outcome(m.op, "stale")
+	found := "absent"
+	if exists {
+		s := stampOf(cur.Meta)
+		found = fmt.Sprintf("ETag %s (epoch %d, %s)", objstore.NormalizeETag(cur.ETag), s.Epoch, holderName(s.Holder))
+	}
+	want := "absent"
+	if m.base.Exists() {
+		want = "ETag " + m.base.ETag
+	}
+	return objstore.ObjectInfo{}, nil, staleErr(m.op, m.key, fmt.Sprintf("changed since it was read: expected %s, found %s", want, found))
+}
+
+type headResult struct {
+	info   objstore.ObjectInfo
+	exists bool
+	err    error
+}
+
+// staleOrFenced reports a key found changed by someone else: fenced if it
+// was stamped by a newer epoch or the register shows one, else stale.
+func (g *Guard) staleOrFenced(ctx context.Context, ts tokenState, op string, key string, cur objstore.ObjectInfo, reason string) error {
+	if ts.mode == ModeOff {
+		return staleErr(op, key, reason)
+	}
+	if s := stampOf(cur.Meta); s.Epoch > ts.token {
+		r := fmt.Sprintf("key %s was written by epoch %d (%s), newer than our token %d", key, s.Epoch, holderName(s.Holder), ts.token)
+		g.latchFenced(ts.token, ts.claim, r)
+		g.met.refused(op)
+		return fencedErr(op, key, r)
+	}
+	if err := g.validate(ctx, ts, op, key); err != nil {
+		return err
+	}
+	return staleErr(op, key, reason)
+}
+
+// head stats key; exists=false when absent.
+func (g *Guard) head(ctx context.Context, key string) (objstore.ObjectInfo, bool, error) {
+	var info objstore.ObjectInfo
+	exists := false
+	err := retryTransient(ctx, func() error {
+		var err error
+		info, err = g.store.Stat(ctx, key)
+		switch {
+		case err == nil:
+			exists = true
+			return nil
+		case errors.Is(err, objstore.ErrNotFound):
+			exists = false
+			return nil
+		}
+		return err
+	})
+	return info, exists, err
+}
+
+// stamped returns the metadata to store: the caller's, minus keys Guard
+// manages, plus the stamps and the young ABA record.
+func (g *Guard) stamped(meta Meta, m *mutation, rec record) map[string]string {
+	out := make(map[string]string, len(meta)+4)
+	for k, v := range meta {
+		if !IsStampKey(k) {
+			out[k] = v
+		}
+	}
+	stampMeta(out, m.ts, g.holder, m.wid)
+	if len(rec) > 0 {
+		out[MetaSwept] = rec.String()
+	}
+	return out
+}
+
+// errNeedContent: the shape choice needs the content's hashes.
+var errNeedContent = errors.New("shape choice needs the content")
+
+// pickShape chooses the upload shape of a commit: ShapeAuto when there is
+// no young ABA record (the common case, no hashing), else the first shape
+// whose ETag is not recorded, waiting for record entries to expire when
+// every shape is taken.
+func (g *Guard) pickShape(ctx context.Context, rec record, size int64, predict etagFunc) (objstore.Shape, int, error) {
+	if len(rec) == 0 {
+		return objstore.ShapeAuto, 0, nil
+	}
+	avoid := avoidSet{}
+	for _, e := range rec {
+		avoid.addAll(e.ETag)
+	}
+	if len(avoid) == 0 {
+		return objstore.ShapeAuto, 0, nil
+	}
+	cands := shapeCandidates(g.sizing, size, objstore.ShapeAuto)
+	for {
+		c, ok, needContent, err := chooseShape(cands, avoid, predict)
+		if err != nil {
+			return 0, 0, err
+		}
+		if ok {
+			return c.Shape, c.Parts, nil
+		}
+		if needContent {
+			return 0, 0, errNeedContent
+		}
+		if err := g.waitRecordExpiry(ctx, rec, avoid); err != nil {
+			return 0, 0, errNoFreshShape
+		}
+		rec = rec.young(g.cfg.Now(), g.cfg.SignedRequestValidity)
+		avoid = avoidSet{}
+		for _, e := range rec {
+			avoid.addAll(e.ETag)
+		}
+	}
+}

@@ -1,0 +1,542 @@
+package fencing
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// sweepWorkers bounds the keys a sweep rewrites in parallel.
+const sweepWorkers = 8
+
+// maxKeyRounds bounds the stat-decide-rewrite loop for one key (each round
+// means someone else changed the key meanwhile).
+const maxKeyRounds = 16
+
+// sweepTarget is one key named by older intents, with every base an older
+// writer may hold for it ("" = absent).
+type sweepTarget struct {
+	key   string
+	bases map[string]bool
+}
+
+// sweep is step 4 of binding (DESIGN.md §3): every key named by an intent of
+// an older epoch (or of an earlier instance of this epoch) gets an ETag no
+// older writer can hold, or a tombstone if absent; then those intents are
+// deleted and a completion marker is written.
+//
+// The sweep's own rewrites are commits too: before them it writes its own
+// intent (naming each key with the bases ∪ the ETag found) and validates,
+// so that a sweeper paused mid-sweep is handled by the next binder like any
+// other writer.
+func (g *Guard) sweep(ctx context.Context, ts tokenState) error {
+	live := g.liveIntentNames()
+	names, targets, err := g.collectIntents(ctx, ts.token, live)
+	if err != nil {
+		return err
+	}
+	if len(targets) == 0 {
+		g.writeSweptMarker(ctx, ts.token, len(names), 0)
+		g.met.swept(len(names), 0)
+		return g.deleteIntents(ctx, names)
+	}
+	g.log.Info("takeover sweep", "epoch", ts.token, "intents", len(names), "keys", len(targets))
+	si := &sweepIntent{g: g, ts: ts, name: g.lay.intent(ts.token, ts.claim+"-sweep"), keys: map[string]map[string]bool{}}
+	// Stat every key first so that one intent write and one validation
+	// cover every rewrite in the common case.
+	found := make([]sweepState, len(targets))
+	if err := forEach(ctx, len(targets), func(ctx context.Context, i int) error {
+		st, err := g.statKey(ctx, targets[i].key)
+		found[i] = st
+		return err
+	}); err != nil {
+		return err
+	}
+	for i, t := range targets {
+		bases := map[string]bool{found[i].etag(): true}
+		for b := range t.bases {
+			bases[b] = true
+		}
+		si.keys[t.key] = bases
+	}
+	if err := si.write(ctx); err != nil {
+		return err
+	}
+	if err := g.validate(ctx, ts, "sweep", g.lay.register()); err != nil {
+		return err
+	}
+	wid := newWID()
+	if err := forEach(ctx, len(targets), func(ctx context.Context, i int) error {
+		return g.sweepKey(ctx, ts, si, targets[i], found[i], wid)
+	}); err != nil {
+		return err
+	}
+	g.writeSweptMarker(ctx, ts.token, len(names), len(targets))
+	g.met.swept(len(names), len(targets))
+	return g.deleteIntents(ctx, append(names, si.name))
+}
+
+// collectIntents lists and reads the intents of epochs <= epoch (skipping
+// this Guard's live ones) and groups them by target key.
+func (g *Guard) collectIntents(ctx context.Context, epoch uint64, live map[string]bool) ([]string, []sweepTarget, error) {
+	var dirs []uint64
+	prefix := g.lay.intentsPrefix()
+	err := g.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
+		if n, ok := parseEpochName(strings.TrimPrefix(e.Key, prefix)); ok && e.IsPrefix && n <= epoch {
+			dirs = append(dirs, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, unverifiedErr("listing intents: %v", err)
+	}
+	var names []string
+	for _, d := range dirs {
+		err := g.store.List(ctx, g.lay.intentDir(d), "", func(e objstore.Entry) error {
+			if !live[e.Key] {
+				names = append(names, e.Key)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, unverifiedErr("listing intents of epoch %d: %v", d, err)
+		}
+	}
+	docs := make([]*intentDoc, len(names))
+	if err := forEach(ctx, len(names), func(ctx context.Context, i int) error {
+		doc, err := readIntent(ctx, g.store, names[i])
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil // deleted meanwhile: its writer settled
+		}
+		docs[i] = doc
+		return err
+	}); err != nil {
+		return nil, nil, err
+	}
+	byKey := map[string]map[string]bool{}
+	var order []string
+	for _, d := range docs {
+		if d == nil {
+			continue
+		}
+		for _, e := range d.Keys {
+			if g.lay.isProtocolKey(e.Key) || objstore.ValidateKey(e.Key) != nil {
+				continue
+			}
+			if byKey[e.Key] == nil {
+				byKey[e.Key] = map[string]bool{}
+				order = append(order, e.Key)
+			}
+			for _, b := range e.Bases {
+				byKey[e.Key][objstore.NormalizeETag(b)] = true
+			}
+		}
+	}
+	targets := make([]sweepTarget, len(order))
+	for i, k := range order {
+		targets[i] = sweepTarget{key: k, bases: byKey[k]}
+	}
+	return names, targets, nil
+}
+
+func readIntent(ctx context.Context, store objstore.Store, name string) (*intentDoc, error) {
+	rc, _, err := store.Get(ctx, name, objstore.GetOptions{})
+	if err != nil {
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, err
+		}
+		return nil, unverifiedErr("reading intent %s: %v", name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 4<<20))
+	if err != nil {
+		return nil, unverifiedErr("reading intent %s: %v", name, err)
+	}
+	var d intentDoc
+	if err := decodeDoc("intent "+name, b, &d, func() int { return d.Format }); err != nil {
+		return nil, fmt.Errorf("%w (delete it by hand only if no writer of epoch %s can still commit)", err, strings.TrimPrefix(name, ""))
+	}
+	return &d, nil
+}
+
+// sweepState is what a stat of a swept key found.
+type sweepState struct {
+	exists bool
+	info   objstore.ObjectInfo
+}
+
+func (s sweepState) etag() string {
+	if !s.exists {
+		return ""
+	}
+	return objstore.NormalizeETag(s.info.ETag)
+}
+
+func (g *Guard) statKey(ctx context.Context, key string) (sweepState, error) {
+	var st sweepState
+	err := retryTransient(ctx, func() error {
+		info, err := g.store.Stat(ctx, key)
+		switch {
+		case err == nil:
+			st = sweepState{exists: true, info: info}
+			return nil
+		case errors.Is(err, objstore.ErrNotFound):
+			st = sweepState{}
+			return nil
+		}
+		return err
+	})
+	return st, err
+}
+
+// sweepIntent is the intent a sweep writes for its own rewrites.
+type sweepIntent struct {
+	g    *Guard
+	ts   tokenState
+	name string
+	mu   sync.Mutex
+	keys map[string]map[string]bool // GUARDED_BY(mu)
+}
+
+// write writes the intent as it stands. LOCKS_EXCLUDED(si.mu)
+func (si *sweepIntent) write(ctx context.Context) error {
+	si.mu.Lock()
+	doc := intentDoc{Format: FormatVersion, Epoch: si.ts.token, Holder: si.g.holder, ClaimID: si.ts.claim,
+		Written: si.g.cfg.Now().UTC(), Sweep: true}
+	for _, k := range sortedKeys(boolKeys(si.keys)) {
+		doc.Keys = append(doc.Keys, intentEntry{Key: k, Bases: sortedKeys(si.keys[k])})
+	}
+	si.mu.Unlock()
+	if err := si.g.putDoc(ctx, si.name, doc); err != nil {
+		return unverifiedErr("writing the sweep's intent: %v", err)
+	}
+	return nil
+}
+
+// cover makes sure the intent names base for key, rewriting it and
+// validating again if it did not. It serialises on si.mu so that every
+// rewrite carries all bases.
+func (si *sweepIntent) cover(ctx context.Context, key, base string) error {
+	si.mu.Lock()
+	if si.keys[key][base] {
+		si.mu.Unlock()
+		return nil
+	}
+	si.keys[key][base] = true
+	si.mu.Unlock()
+	if err := si.write(ctx); err != nil {
+		return err
+	}
+	return si.g.validate(ctx, si.ts, "sweep", key)
+}
+
+func boolKeys[V any](m map[string]V) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
+}
+
+// sweepKey gives one key an ETag no older writer holds (or a tombstone).
+func (g *Guard) sweepKey(ctx context.Context, ts tokenState, si *sweepIntent, t sweepTarget, st sweepState, wid string) error {
+	if h := g.cfg.Hooks.BeforeSweepKey; h != nil {
+		if err := h(ctx, t.key); err != nil {
+			return fmt.Errorf("sweeping %s: %w", t.key, err)
+		}
+	}
+	for round := 0; round < maxKeyRounds; round++ {
+		if round > 0 {
+			var err error
+			if st, err = g.statKey(ctx, t.key); err != nil {
+				return fmt.Errorf("sweeping %s: %w", t.key, err)
+			}
+			if err := si.cover(ctx, t.key, st.etag()); err != nil {
+				return err
+			}
+		}
+		if st.exists {
+			s := stampOf(st.info.Meta)
+			if s.WID == wid {
+				return nil // our own rewrite, whose response was lost
+			}
+			if s.Epoch > ts.token {
+				reason := fmt.Sprintf("key %s was written by epoch %d (%s), newer than our token %d", t.key, s.Epoch, holderName(s.Holder), ts.token)
+				g.latchFenced(ts.token, ts.claim, reason)
+				return fencedErr("sweep", t.key, reason)
+			}
+		}
+		now := g.cfg.Now()
+		rec := parseRecord(st.info.Meta[MetaSwept]).young(now, g.cfg.SignedRequestValidity)
+		avoid := avoidSet{}
+		for _, e := range rec {
+			avoid.addAll(e.ETag)
+		}
+		// The bases older writers may commit on are exactly those their
+		// intents name: every commit's base is in its intent before its
+		// validation (a sweeper's own rewrite included: its intent names
+		// the ETag it found). The ETag found here is avoided and recorded
+		// only if some intent names it; recording every found ETag would
+		// make a later sweep of a small object run out of shapes.
+		for b := range t.bases {
+			avoid.addAll(b)
+			rec = rec.add(b, now)
+		}
+		if len(rec) > maxRecordEntries {
+			g.log.Warn("ETag-ABA record full: dropping the oldest entries", "key", t.key)
+			rec = rec[len(rec)-maxRecordEntries:]
+		}
+		meta := map[string]string{}
+		for k, v := range st.info.Meta {
+			if !IsStampKey(k) {
+				meta[k] = v
+			}
+		}
+		stampMeta(meta, ts, g.holder, wid)
+		meta[MetaSwept] = rec.String()
+
+		var info objstore.ObjectInfo
+		var err error
+		switch {
+		case !st.exists:
+			info, err = g.putTombstone(ctx, t.key, ts, wid, objstore.Condition{IfNoneMatch: true}, meta)
+		case isTombstone(st.info):
+			info, err = g.putTombstone(ctx, t.key, ts, wid, objstore.Condition{IfMatch: st.etag()}, meta)
+		default:
+			info, err = g.rewrite(ctx, st.info, avoid, meta)
+		}
+		switch {
+		case err == nil:
+			if avoid[objstore.NormalizeETag(info.ETag)] {
+				return fmt.Errorf("sweeping %s: the store gave the rewrite ETag %s, which an older writer may hold: it does not change ETags with the upload shape as fencing requires", t.key, info.ETag)
+			}
+			return nil
+		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
+			continue // changed meanwhile (an older writer landing before we are active): re-stat
+		case isTransient(err):
+			if berr := backoff(ctx, round); berr != nil {
+				return berr
+			}
+			continue
+		case errors.Is(err, errNoFreshShape):
+			if werr := g.waitRecordExpiry(ctx, rec, avoid); werr != nil {
+				return fmt.Errorf("sweeping %s: %w", t.key, err)
+			}
+			continue
+		default:
+			return fmt.Errorf("sweeping %s: %w", t.key, err)
+		}
+	}
+	return fmt.Errorf("sweeping %s: the key kept changing (%d rounds)", t.key, maxKeyRounds)
+}
+
+// errNoFreshShape: no upload shape gives the content an ETag outside the
+// avoid set (all shapes of this content are held as bases).
+var errNoFreshShape = errors.New("no upload shape gives an ETag no older writer holds")
+
+// waitRecordExpiry waits until the earliest record entry in avoid expires,
+// if one does; else it returns errNoFreshShape at once.
+func (g *Guard) waitRecordExpiry(ctx context.Context, rec record, avoid avoidSet) error {
+	var earliest time.Time
+	for _, e := range rec {
+		if avoid[e.ETag] {
+			if x := e.At.Add(g.cfg.SignedRequestValidity); earliest.IsZero() || x.Before(earliest) {
+				earliest = x
+			}
+		}
+	}
+	if earliest.IsZero() {
+		return errNoFreshShape
+	}
+	d := earliest.Sub(g.cfg.Now())
+	if d < 10*time.Millisecond {
+		d = 10 * time.Millisecond
+	}
+	g.log.Warn("waiting for an ETag-ABA record to expire before rewriting", "wait", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// rewrite rewrites the existing object info in place (same content, meta
+// replaced) with an ETag outside avoid: server-side multipart copy when a
+// part count is provably fresh, else read the content, pick a shape by
+// hashing, and re-PUT it. Conditional on the ETag found.
+func (g *Guard) rewrite(ctx context.Context, info objstore.ObjectInfo, avoid avoidSet, meta map[string]string) (objstore.ObjectInfo, error) {
+	etag := objstore.NormalizeETag(info.ETag)
+	cands := shapeCandidates(g.sizing, info.Size, objstore.ShapeMultipart) // server-side copies first
+	plain := ""
+	if _, mp := objstore.IsMultipartETag(etag); !mp {
+		plain = etag
+	}
+	c, ok, _, err := chooseShape(cands, avoid, etagFromPlain(plain))
+	if err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	if ok && c.Count > 0 {
+		return g.store.Copy(ctx, info.Key, etag, info.Key, objstore.PutOptions{
+			Cond: objstore.Condition{IfMatch: etag}, Meta: meta, ContentType: info.ContentType,
+			Shape: objstore.ShapeMultipart, Parts: c.Parts})
+	}
+	body, err := g.fetch(ctx, info.Key, etag, info.Size)
+	if err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	defer body.Close()
+	c, ok, _, err = chooseShape(cands, avoid, etagFromContent(g.sizing, body, info.Size))
+	if err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	if !ok {
+		return objstore.ObjectInfo{}, errNoFreshShape
+	}
+	return g.store.Put(ctx, info.Key, body, info.Size, objstore.PutOptions{
+		Cond: objstore.Condition{IfMatch: etag}, Meta: meta, ContentType: info.ContentType,
+		Shape: c.Shape, Parts: c.Parts})
+}
+
+// readerAtCloser is content fetched for hashing and re-upload.
+type readerAtCloser interface {
+	io.ReaderAt
+	io.Closer
+}
+
+type memBody struct{ *bytes.Reader }
+
+func (memBody) Close() error { return nil }
+
+type fileBody struct{ *os.File }
+
+func (f fileBody) Close() error {
+	name := f.Name()
+	err := f.File.Close()
+	os.Remove(name)
+	return err
+}
+
+// fetch reads version etag of key: into memory up to 16 MiB, else into a
+// temporary file.
+func (g *Guard) fetch(ctx context.Context, key, etag string, size int64) (readerAtCloser, error) {
+	rc, _, err := g.store.Get(ctx, key, objstore.GetOptions{IfMatch: etag})
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	if size <= 16<<20 {
+		b, err := io.ReadAll(io.LimitReader(rc, size+1))
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(b)) != size {
+			return nil, fmt.Errorf("reading %s: got %d bytes, want %d: %w", key, len(b), size, objstore.ErrPrecondition)
+		}
+		return memBody{bytes.NewReader(b)}, nil
+	}
+	f, err := os.CreateTemp("", "fencefs-sweep-*")
+	if err != nil {
+		return nil, err
+	}
+	n, err := io.Copy(f, rc)
+	if err == nil && n != size {
+		err = fmt.Errorf("reading %s: got %d bytes, want %d: %w", key, n, size, objstore.ErrPrecondition)
+	}
+	if err != nil {
+		fileBody{f}.Close()
+		return nil, err
+	}
+	return fileBody{f}, nil
+}
+
+// putTombstone writes a tombstone of epoch ts.token with write id wid at key.
+func (g *Guard) putTombstone(ctx context.Context, key string, ts tokenState, wid string, cond objstore.Condition, meta map[string]string) (objstore.ObjectInfo, error) {
+	m := map[string]string{}
+	for k, v := range meta {
+		if k == MetaEpoch || k == MetaHolder || k == MetaWID || k == MetaSwept {
+			m[k] = v
+		}
+	}
+	m[MetaTombstone] = "1"
+	stampMeta(m, ts, g.holder, wid)
+	body := tombstoneBody(ts.token, wid)
+	return g.store.Put(ctx, key, bytes.NewReader(body), int64(len(body)), objstore.PutOptions{
+		Cond: cond, Meta: m, Shape: objstore.ShapePlain, ContentType: "application/x-fencefs-tombstone"})
+}
+
+// stampMeta sets the stamp keys in meta.
+func stampMeta(meta map[string]string, ts tokenState, holder, wid string) {
+	if ts.mode != ModeOff {
+		meta[MetaEpoch] = fmt.Sprintf("%d", ts.token)
+	}
+	meta[MetaHolder] = holder
+	meta[MetaWID] = wid
+}
+
+// deleteIntents deletes swept intents (best effort: a leftover intent only
+// costs the next sweep a rewrite).
+func (g *Guard) deleteIntents(ctx context.Context, names []string) error {
+	return forEach(ctx, len(names), func(ctx context.Context, i int) error {
+		err := retryTransient(ctx, func() error { return g.store.Delete(ctx, names[i], objstore.Condition{}) })
+		if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			g.log.Warn("deleting a swept intent failed; gc removes it", "intent", names[i], "err", err)
+		}
+		return nil
+	})
+}
+
+// writeSweptMarker records that the sweep of epoch completed (gc uses it to
+// know which intents are garbage). Best effort.
+func (g *Guard) writeSweptMarker(ctx context.Context, epoch uint64, intents, keys int) {
+	doc := sweptMarkerDoc{Format: FormatVersion, Epoch: epoch, Holder: g.holder, Intents: intents, Keys: keys, Done: g.cfg.Now().UTC()}
+	if err := g.putDoc(ctx, g.lay.sweptMarker(epoch), doc); err != nil {
+		g.log.Warn("writing the sweep completion marker failed", "epoch", epoch, "err", err)
+	}
+}
+
+// forEach runs f for 0..n-1 with bounded parallelism, returning the first
+// error (and cancelling the others).
+func forEach(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, sweepWorkers)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for i := 0; i < n; i++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(ctx, i); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		}(i)
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}

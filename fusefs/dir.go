@@ -1,0 +1,714 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// dirNode is a directory: a "dir/" marker object, or implicitly the common
+// prefix of the objects below it. The root is the mount's prefix.
+type dirNode struct {
+	fs.Inode
+	nodeBase
+}
+
+var _ = (fs.InodeEmbedder)((*dirNode)(nil))
+
+func newDirNode(fsys *filesystem, info objstore.ObjectInfo) *dirNode {
+	d := &dirNode{}
+	d.init(fsys, &d.Inode, kindDir, info)
+	return d
+}
+
+// dirKey is the key prefix of the directory's children.
+func (d *dirNode) dirKey() (string, error) {
+	return d.keyOrErr()
+}
+
+func (d *dirNode) childKey(name string) (string, error) {
+	dk, err := d.dirKey()
+	if err != nil {
+		return "", err
+	}
+	return d.fsys.childKey(dk, name)
+}
+
+func (d *dirNode) fillAttr(out *fuse.Attr) {
+	d.mu.Lock()
+	a := d.attr
+	d.mu.Unlock()
+	fillAttr(out, a, 4096, 1) // nlink 1: "unknown", so find(1) does not skip subdirectories
+}
+
+// childNode returns the node for what resolve found at name, reusing the
+// existing child inode when it has the same kind and still names an object
+// (so inode numbers stay stable) and updating its version.
+func (d *dirNode) childNode(ctx context.Context, name string, r resolved) *fs.Inode {
+	if ch := d.GetChild(name); ch != nil {
+		switch n := ch.Operations().(type) {
+		case *fileNode:
+			n.mu.Lock()
+			gone := n.unlinked
+			n.mu.Unlock()
+			if r.kind == kindFile && !gone {
+				n.update(r.info)
+				return ch
+			}
+		case *dirNode:
+			if r.kind == kindDir {
+				n.setInfo(r.info)
+				return ch
+			}
+		case *symlinkNode:
+			n.mu.Lock()
+			gone := n.unlinked
+			n.mu.Unlock()
+			if r.kind == kindSymlink && !gone {
+				n.setInfo(r.info)
+				return ch
+			}
+		}
+	}
+	switch r.kind {
+	case kindDir:
+		return d.NewInode(ctx, newDirNode(d.fsys, r.info), fs.StableAttr{Mode: syscall.S_IFDIR})
+	case kindSymlink:
+		return d.NewInode(ctx, newSymlinkNode(d.fsys, r.info), fs.StableAttr{Mode: syscall.S_IFLNK})
+	default:
+		return d.NewInode(ctx, newFileNode(d.fsys, r.info), fs.StableAttr{Mode: syscall.S_IFREG})
+	}
+}
+
+func fillEntry(ino *fs.Inode, out *fuse.EntryOut) {
+	switch n := ino.Operations().(type) {
+	case *fileNode:
+		n.fillAttr(&out.Attr)
+	case *dirNode:
+		n.fillAttr(&out.Attr)
+	case *symlinkNode:
+		n.fillAttr(&out.Attr)
+	}
+}
+
+// cachedChild returns an existing child that can answer a lookup without a
+// round trip: one with local state (open, being written, created and not yet
+// committed) or fetched less than MetaCacheTTL ago.
+func cachedChild(ch *fs.Inode) bool {
+	switch n := ch.Operations().(type) {
+	case *fileNode:
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.unlinked {
+			return false
+		}
+		return n.localStateLocked() || !n.staleLocked()
+	case *dirNode:
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return !n.staleLocked()
+	case *symlinkNode:
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return !n.unlinked && !n.staleLocked()
+	}
+	return false
+}
+
+var _ = (fs.NodeLookuper)((*dirNode)(nil))
+
+// Lookup finds name: from a live child inode when its metadata is fresh,
+// else with resolve (HEAD of the object; HEAD of the marker and a listing
+// for a directory). Tombstones and the protocol directory are invisible.
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	key, err := d.childKey(name)
+	if err != nil {
+		if errors.Is(err, errPerm) {
+			err = fmt.Errorf("%w: %s is hidden", objstore.ErrNotFound, key)
+		}
+		return nil, d.fsys.errno("lookup", key, err)
+	}
+	if ch := d.GetChild(name); ch != nil && cachedChild(ch) {
+		fillEntry(ch, out)
+		return ch, 0
+	}
+	ctx, cancel := d.fsys.opctx(ctx)
+	defer cancel()
+	r, err := d.fsys.resolve(ctx, key)
+	if err != nil {
+		return nil, d.fsys.errno("lookup", key, err)
+	}
+	ch := d.childNode(ctx, name, r)
+	fillEntry(ch, out)
+	return ch, 0
+}
+
+var _ = (fs.NodeGetattrer)((*dirNode)(nil))
+
+// Getattr returns the directory's attributes: the marker's metadata, or the
+// mount's defaults for an implicit directory.
+func (d *dirNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.mu.Lock()
+	stale := d.staleLocked()
+	d.mu.Unlock()
+	if stale && !d.IsRoot() {
+		if key, ok := d.key(); ok {
+			ctx, cancel := d.fsys.opctx(ctx)
+			defer cancel()
+			info, err := d.fsys.store.Stat(ctx, key)
+			switch {
+			case err == nil && !fencing.IsTombstone(info):
+				d.setInfo(info)
+			case err == nil || errors.Is(err, objstore.ErrNotFound):
+				// Implicit (or the marker went away): keep the attributes,
+				// forget the marker.
+				d.mu.Lock()
+				d.info.ETag = ""
+				d.fetched = time.Now()
+				d.mu.Unlock()
+			default:
+				return d.fsys.errno("getattr", key, err)
+			}
+		}
+	}
+	d.fillAttr(&out.Attr)
+	return 0
+}
+
+var _ = (fs.NodeReaddirer)((*dirNode)(nil))
+
+// Readdir lists the directory: one LIST with delimiter "/", minus the
+// marker, tombstones, the protocol directory, names the kernel cannot show
+// and prefixes holding nothing visible; plus files this mount created and
+// has not committed yet. A name that is both an object and a prefix is
+// listed once (as the file, as lookup resolves it).
+func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	prefix, err := d.dirKey()
+	if err != nil {
+		return nil, d.fsys.errno("readdir", "", err)
+	}
+	ctx, cancel := d.fsys.opctx(ctx)
+	defer cancel()
+
+	type cand struct {
+		name  string
+		entry objstore.Entry
+	}
+	var objs, dirs []cand
+	err = d.fsys.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
+		if d.fsys.isHidden(strings.TrimSuffix(e.Key, "/")) {
+			return nil
+		}
+		name := strings.TrimPrefix(e.Key, prefix)
+		if e.IsPrefix {
+			name = strings.TrimSuffix(name, "/")
+		}
+		if !validName(name) {
+			return nil
+		}
+		if e.IsPrefix {
+			dirs = append(dirs, cand{name, e})
+		} else {
+			objs = append(objs, cand{name, e})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, d.fsys.errno("readdir", prefix, err)
+	}
+
+	// Decide the uncertain entries (possible tombstones, prefixes that may
+	// hold only tombstones) in parallel.
+	live := make([]bool, len(objs)+len(dirs))
+	errs := make([]error, len(live))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range live {
+		var e objstore.Entry
+		if i < len(objs) {
+			e = objs[i].entry
+			if e.Size != fencing.TombstoneSize {
+				live[i] = true
+				continue
+			}
+		} else {
+			e = dirs[i-len(objs)].entry
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if e.IsPrefix {
+				if ch := d.GetChild(strings.TrimSuffix(strings.TrimPrefix(e.Key, prefix), "/")); ch != nil {
+					if dn, ok := ch.Operations().(*dirNode); ok {
+						dn.mu.Lock()
+						hasMarker := dn.info.ETag != ""
+						dn.mu.Unlock()
+						if hasMarker {
+							live[i] = true
+							return
+						}
+					}
+				}
+				ok, err := d.fsys.hasLive(ctx, e.Key)
+				if err == nil && !ok {
+					// A marker alone keeps a directory.
+					info, serr := d.fsys.store.Stat(ctx, e.Key)
+					ok = serr == nil && !fencing.IsTombstone(info)
+					if serr != nil && !errors.Is(serr, objstore.ErrNotFound) {
+						err = serr
+					}
+				}
+				live[i], errs[i] = ok, err
+				return
+			}
+			live[i], errs[i] = d.fsys.notTombstone(ctx, e)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, d.fsys.errno("readdir", prefix, err)
+	}
+
+	children := d.Children()
+	seen := map[string]bool{}
+	var out []fuse.DirEntry
+	add := func(name string, mode uint32) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		de := fuse.DirEntry{Name: name, Mode: mode}
+		if ch := children[name]; ch != nil && (mode == 0 || ch.StableAttr().Mode == mode) {
+			de.Ino = ch.StableAttr().Ino
+			de.Mode = ch.StableAttr().Mode
+		}
+		out = append(out, de)
+	}
+	for i, c := range objs {
+		if !live[i] {
+			continue
+		}
+		add(c.name, guessMode(c.entry.Size))
+	}
+	for i, c := range dirs {
+		if live[len(objs)+i] {
+			add(c.name, syscall.S_IFDIR)
+		}
+	}
+	for name, ch := range children {
+		if fn, ok := ch.Operations().(*fileNode); ok {
+			fn.mu.Lock()
+			local := fn.pending && !fn.unlinked
+			fn.mu.Unlock()
+			if local {
+				add(name, syscall.S_IFREG)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	dots := []fuse.DirEntry{{Name: ".", Mode: syscall.S_IFDIR, Ino: d.StableAttr().Ino}}
+	if _, p := d.Parent(); p != nil {
+		dots = append(dots, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: p.StableAttr().Ino})
+	} else {
+		dots = append(dots, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
+	}
+	return fs.NewListDirStream(append(dots, out...)), 0
+}
+
+// guessMode is the d_type of a listed object before its metadata is known:
+// a symlink's body is its target (1..4095 bytes), so any other size is a
+// regular file; in between it is unknown (0, DT_UNKNOWN) and readers stat.
+func guessMode(size int64) uint32 {
+	if size == 0 || size > maxSymlinkTarget {
+		return syscall.S_IFREG
+	}
+	return 0
+}
+
+// validName reports whether a listed name can be shown by the kernel.
+func validName(name string) bool {
+	return name != "" && name != "." && name != ".." && len(name) <= 255 &&
+		!strings.ContainsRune(name, 0) && !strings.Contains(name, "/")
+}
+
+var _ = (fs.NodeCreater)((*dirNode)(nil))
+
+// Create creates a regular file. The object is written when the file is
+// first flushed (so create-write-close is one PUT), conditioned on the key
+// being absent; with O_EXCL the empty object is created at once so that
+// exclusivity holds across mounts (EEXIST otherwise).
+func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	key, err := d.childKey(name)
+	if err == nil {
+		err = d.fsys.checkWritable()
+	}
+	if err != nil {
+		return nil, nil, 0, d.fsys.errno("create", key, err)
+	}
+	ctx, cancel := d.fsys.mutctx(ctx)
+	defer cancel()
+	n := newFileNode(d.fsys, objstore.ObjectInfo{})
+	a := newAttr(ctx, kindFile, mode)
+	n.attr = a
+	if flags&syscall.O_EXCL != 0 {
+		meta := encodeAttr(a, nil)
+		info, err := d.fsys.createEmpty(ctx, key, meta)
+		if err != nil {
+			return nil, nil, 0, d.fsys.errno("create", key, err)
+		}
+		n.setInfo(mergeInfo(info, key, 0, meta))
+		n.attr = a
+	} else {
+		n.mu.Lock()
+		n.pending = true
+		n.markDirtyLocked()
+		n.mu.Unlock()
+		d.fsys.prepare(key)
+	}
+	n.mu.Lock()
+	n.openCount = 1
+	n.mu.Unlock()
+	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
+	n.fillAttr(&out.Attr)
+	return ch, &fileHandle{node: n}, 0, 0
+}
+
+var _ = (fs.NodeMknoder)((*dirNode)(nil))
+
+// Mknod creates an empty regular file at once; other file types are not
+// supported (EPERM, as on filesystems without special files).
+func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	key, err := d.childKey(name)
+	if err == nil && mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
+		err = fmt.Errorf("%w: mknod of type %#o", errPerm, mode&syscall.S_IFMT)
+	}
+	if err == nil {
+		err = d.fsys.checkWritable()
+	}
+	if err != nil {
+		return nil, d.fsys.errno("mknod", key, err)
+	}
+	ctx, cancel := d.fsys.mutctx(ctx)
+	defer cancel()
+	a := newAttr(ctx, kindFile, mode)
+	meta := encodeAttr(a, nil)
+	info, err := d.fsys.createEmpty(ctx, key, meta)
+	if err != nil {
+		return nil, d.fsys.errno("mknod", key, err)
+	}
+	n := newFileNode(d.fsys, mergeInfo(info, key, 0, meta))
+	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
+	n.fillAttr(&out.Attr)
+	return ch, 0
+}
+
+var _ = (fs.NodeMkdirer)((*dirNode)(nil))
+
+// Mkdir creates the "name/" marker, conditioned on its absence.
+func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	key, err := d.childKey(name)
+	if err == nil {
+		err = d.fsys.checkWritable()
+	}
+	if err != nil {
+		return nil, d.fsys.errno("mkdir", key, err)
+	}
+	ctx, cancel := d.fsys.mutctx(ctx)
+	defer cancel()
+	marker := key + "/"
+	meta := encodeAttr(newAttr(ctx, kindDir, mode), nil)
+	info, err := d.fsys.createEmpty(ctx, marker, meta)
+	if err != nil {
+		return nil, d.fsys.errno("mkdir", marker, err)
+	}
+	n := newDirNode(d.fsys, mergeInfo(info, marker, 0, meta))
+	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFDIR})
+	n.fillAttr(&out.Attr)
+	return ch, 0
+}
+
+var _ = (fs.NodeSymlinker)((*dirNode)(nil))
+
+// Symlink stores a symlink as s3fs does (body = target, S_IFLNK mode).
+func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	key, err := d.childKey(name)
+	if err == nil && (len(target) == 0 || len(target) > maxSymlinkTarget) {
+		err = fmt.Errorf("%w: symlink target of %d bytes", errNameTooLong, len(target))
+	}
+	if err == nil {
+		err = d.fsys.checkWritable()
+	}
+	if err != nil {
+		return nil, d.fsys.errno("symlink", key, err)
+	}
+	ctx, cancel := d.fsys.mutctx(ctx)
+	defer cancel()
+	meta := encodeAttr(newAttr(ctx, kindSymlink, 0o777), nil)
+	body := []byte(target)
+	info, err := d.fsys.createRetry(ctx, key, func(base fencing.Version) (objstore.ObjectInfo, error) {
+		return d.fsys.guard.Put(ctx, key, bytes.NewReader(body), int64(len(body)), base, meta)
+	})
+	if err != nil {
+		return nil, d.fsys.errno("symlink", key, err)
+	}
+	n := newSymlinkNode(d.fsys, mergeInfo(info, key, int64(len(body)), meta))
+	n.target, n.targetETag = target, n.info.ETag
+	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFLNK})
+	n.fillAttr(&out.Attr)
+	return ch, 0
+}
+
+var _ = (fs.NodeLinker)((*dirNode)(nil))
+
+// Link fails with ENOTSUP: objects cannot share content.
+func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	key, _ := d.childKey(name)
+	return nil, d.fsys.errno("link", key, fmt.Errorf("%w: hard links", errNotSupported))
+}
+
+var _ = (fs.NodeUnlinker)((*dirNode)(nil))
+
+// Unlink deletes the object conditioned on the version this mount knows
+// (ESTALE if someone changed it since). A file that is still open keeps its
+// content: it is staged locally before the delete.
+func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	key, err := d.childKey(name)
+	if err == nil {
+		err = d.fsys.checkWritable()
+	}
+	if err == nil {
+		ctx, cancel := d.fsys.mutctx(ctx)
+		defer cancel()
+		err = d.unlink(ctx, name, key)
+	}
+	return d.fsys.errno("unlink", key, err)
+}
+
+func (d *dirNode) unlink(ctx context.Context, name, key string) error {
+	ch := d.GetChild(name)
+	if ch == nil {
+		r, err := d.fsys.resolve(ctx, key)
+		if err != nil {
+			return err
+		}
+		ch = d.childNode(ctx, name, r)
+	}
+	switch n := ch.Operations().(type) {
+	case *fileNode:
+		n.opMu.Lock()
+		defer n.opMu.Unlock()
+		n.mu.Lock()
+		pending, unlinked, etag := n.pending, n.unlinked, n.info.ETag
+		n.mu.Unlock()
+		if unlinked {
+			return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
+		}
+		if !pending {
+			if err := n.preserveForReadersLocked(ctx); err != nil {
+				return err
+			}
+			if err := d.fsys.deleteObject(ctx, key, etag); err != nil {
+				return err
+			}
+		}
+		n.markUnlinked()
+		return nil
+	case *symlinkNode:
+		n.opMu.Lock()
+		defer n.opMu.Unlock()
+		n.mu.Lock()
+		etag := n.info.ETag
+		n.mu.Unlock()
+		if err := d.fsys.deleteObject(ctx, key, etag); err != nil {
+			return err
+		}
+		n.markUnlinked()
+		return nil
+	case *dirNode:
+		return fmt.Errorf("%w: %s", errIsDir, key)
+	}
+	return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
+}
+
+var _ = (fs.NodeRmdirer)((*dirNode)(nil))
+
+// Rmdir removes an empty directory (ENOTEMPTY otherwise): the marker is
+// deleted conditioned on its version; an implicit directory has nothing to
+// delete.
+func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	key, err := d.childKey(name)
+	if err == nil {
+		err = d.fsys.checkWritable()
+	}
+	if err == nil {
+		ctx, cancel := d.fsys.mutctx(ctx)
+		defer cancel()
+		err = d.rmdir(ctx, name, key+"/")
+	}
+	return d.fsys.errno("rmdir", key, err)
+}
+
+func (d *dirNode) rmdir(ctx context.Context, name, prefix string) error {
+	ch := d.GetChild(name)
+	if ch == nil {
+		r, err := d.fsys.resolve(ctx, strings.TrimSuffix(prefix, "/"))
+		if err != nil {
+			return err
+		}
+		ch = d.childNode(ctx, name, r)
+	}
+	dn, ok := ch.Operations().(*dirNode)
+	if !ok {
+		return fmt.Errorf("%w: %s", errNotDir, prefix)
+	}
+	dn.opMu.Lock()
+	defer dn.opMu.Unlock()
+	if err := dn.checkEmpty(ctx, prefix); err != nil {
+		return err
+	}
+	marker, err := d.fsys.store.Stat(ctx, prefix)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case fencing.IsTombstone(marker):
+		return nil
+	}
+	return d.fsys.deleteObject(ctx, prefix, marker.ETag)
+}
+
+// checkEmpty fails with errNotEmpty when anything visible lives in the
+// directory (in the store, or created here and not committed yet).
+func (d *dirNode) checkEmpty(ctx context.Context, prefix string) error {
+	for name, ch := range d.Children() {
+		if fn, ok := ch.Operations().(*fileNode); ok {
+			fn.mu.Lock()
+			local := fn.pending && !fn.unlinked
+			fn.mu.Unlock()
+			if local {
+				return fmt.Errorf("%w: %s holds %s", errNotEmpty, prefix, name)
+			}
+		}
+	}
+	live, err := d.fsys.hasLive(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	if live {
+		return fmt.Errorf("%w: %s", errNotEmpty, prefix)
+	}
+	return nil
+}
+
+var _ = (fs.NodeSetattrer)((*dirNode)(nil))
+
+// Setattr stores chmod/chown/utimens of a directory in its marker (created
+// for an implicit directory).
+func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	key, _ := d.key()
+	if mutate, ok := setattrMutation(in); ok {
+		ctx, cancel := d.fsys.mutctx(ctx)
+		defer cancel()
+		d.opMu.Lock()
+		err := d.updateMetaRemote(ctx, mutate)
+		d.opMu.Unlock()
+		if err != nil {
+			return d.fsys.errno("setattr", key, err)
+		}
+	}
+	d.fillAttr(&out.Attr)
+	return 0
+}
+
+var _ = (fs.NodeStatfser)((*dirNode)(nil))
+
+// Statfs reports a large, empty filesystem.
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	statfsOut(out)
+	return 0
+}
+
+var _ = (fs.NodeGetxattrer)((*dirNode)(nil))
+
+// Getxattr reads a user attribute of the directory, or on the mount root a
+// control attribute.
+func (d *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if d.IsRoot() {
+		if v, ok, err := d.fsys.controlGet(attr); ok || err != nil {
+			if err != nil {
+				return 0, d.fsys.errno("getxattr", d.fsys.prefix, err)
+			}
+			sz, err := copyXattr(dest, v)
+			return sz, toErrno(err)
+		}
+	}
+	sz, err := d.getxattr(attr, dest)
+	if err != nil {
+		k, _ := d.key()
+		return sz, d.fsys.errno("getxattr", k, err)
+	}
+	return sz, 0
+}
+
+var _ = (fs.NodeListxattrer)((*dirNode)(nil))
+
+// Listxattr lists the user attributes (and the control attributes on the
+// root).
+func (d *dirNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	var extra []string
+	if d.IsRoot() {
+		extra = controlNames
+	}
+	sz, err := copyXattr(dest, d.listxattr(extra))
+	return sz, toErrno(err)
+}
+
+var _ = (fs.NodeSetxattrer)((*dirNode)(nil))
+
+// Setxattr stores a user attribute in the marker; on the root,
+// user.fencefs.token binds a token (see control.go).
+func (d *dirNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	ctx, cancel := d.fsys.mutctx(ctx)
+	defer cancel()
+	key, _ := d.key()
+	if d.IsRoot() && strings.HasPrefix(attr, xattrControlPrefix) {
+		return d.fsys.errno("setxattr", attr, d.fsys.controlSet(ctx, attr, data))
+	}
+	mutate, err := xattrSetMutation(attr, data, flags)
+	if err == nil {
+		d.opMu.Lock()
+		err = d.updateMetaRemote(ctx, mutate)
+		d.opMu.Unlock()
+	}
+	return d.fsys.errno("setxattr", key, err)
+}
+
+var _ = (fs.NodeRemovexattrer)((*dirNode)(nil))
+
+// Removexattr removes a user attribute from the marker.
+func (d *dirNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	ctx, cancel := d.fsys.mutctx(ctx)
+	defer cancel()
+	key, _ := d.key()
+	mutate, err := xattrRemoveMutation(attr)
+	if err == nil {
+		d.opMu.Lock()
+		err = d.updateMetaRemote(ctx, mutate)
+		d.opMu.Unlock()
+	}
+	return d.fsys.errno("removexattr", key, err)
+}

@@ -1,0 +1,143 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"syscall"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// Local sentinels for outcomes that only the filesystem layer knows about.
+// They are wrapped with context (which key, why) and become errnos in toErrno.
+var (
+	// errExist: the name is taken (a create found an object, O_EXCL, mkdir
+	// over an existing key, RENAME_NOREPLACE onto an existing name).
+	errExist = errors.New("file exists")
+	// errNotEmpty: rmdir or a directory rename onto a non-empty directory.
+	errNotEmpty = errors.New("directory not empty")
+	// errNotDir / errIsDir: a rename between a file and a directory.
+	errNotDir = errors.New("not a directory")
+	errIsDir  = errors.New("is a directory")
+	// errCrossDevice: a directory rename that is larger than
+	// Options.MaxDirRename (or refused). EXDEV makes mv(1) fall back to
+	// copy and delete, which works file by file.
+	errCrossDevice = errors.New("directory rename too large; refused")
+	// errNotSupported: an operation fencefs does not implement (hard links,
+	// exchanging renames, xattrs outside the user namespace).
+	errNotSupported = errors.New("operation not supported")
+	// errInvalid: a malformed request (bad control value, bad flags).
+	errInvalid = errors.New("invalid argument")
+	// errPerm: a read-only control attribute or the reserved user.fencefs.
+	// namespace.
+	errPerm = errors.New("operation not permitted")
+	// errNoAttr: the extended attribute does not exist.
+	errNoAttr = errors.New("no such attribute")
+	// errTooBig: an xattr that would not fit in the object's metadata.
+	errTooBig = errors.New("attribute too large for object metadata")
+	// errNameTooLong: a name or key beyond what S3 or the kernel accept.
+	errNameTooLong = errors.New("name too long")
+)
+
+// toErrno is the one place that maps errors to errno values. Every FUSE
+// method returns toErrno of its Go error (through filesystem.errno, which
+// also logs the original error once). The mapping:
+//
+//	nil                                   0
+//	fencing.ErrFenced, ErrReadOnly        EROFS   (a newer epoch exists / no token)
+//	fencing.ErrStale                      ESTALE  (someone else changed the object)
+//	fencing.ErrUnverified                 EIO     (the epoch register could not be read)
+//	fencing.ErrBadToken                   EINVAL
+//	objstore.ErrNotFound                  ENOENT
+//	objstore.ErrPrecondition              ESTALE  (creates report errExist → EEXIST)
+//	objstore.ErrConflict                  EBUSY
+//	objstore.ErrAuth                      EACCES
+//	objstore.ErrUnavailable, ErrNoBucket  EIO
+//	objstore.ErrInvalid                   EINVAL
+//	context.Canceled                      EINTR   (the caller was interrupted)
+//	context.DeadlineExceeded              EIO
+//	a syscall.Errno                       itself
+//	anything else                         EIO
+//
+// Order matters where an error wraps several sentinels: fencing's domain
+// errors win over the storage error they may wrap.
+func toErrno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, fencing.ErrFenced), errors.Is(err, fencing.ErrReadOnly):
+		return syscall.EROFS
+	case errors.Is(err, fencing.ErrStale):
+		return syscall.ESTALE
+	case errors.Is(err, fencing.ErrUnverified):
+		return syscall.EIO
+	case errors.Is(err, fencing.ErrBadToken):
+		return syscall.EINVAL
+	case errors.Is(err, errExist):
+		return syscall.EEXIST
+	case errors.Is(err, errNotEmpty):
+		return syscall.ENOTEMPTY
+	case errors.Is(err, errNotDir):
+		return syscall.ENOTDIR
+	case errors.Is(err, errIsDir):
+		return syscall.EISDIR
+	case errors.Is(err, errCrossDevice):
+		return syscall.EXDEV
+	case errors.Is(err, errNotSupported):
+		return syscall.ENOTSUP
+	case errors.Is(err, errInvalid):
+		return syscall.EINVAL
+	case errors.Is(err, errPerm):
+		return syscall.EPERM
+	case errors.Is(err, errNoAttr):
+		return syscall.ENODATA
+	case errors.Is(err, errTooBig):
+		return syscall.E2BIG
+	case errors.Is(err, errNameTooLong):
+		return syscall.ENAMETOOLONG
+	case errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	case errors.Is(err, context.DeadlineExceeded):
+		return syscall.EIO
+	case errors.Is(err, objstore.ErrNotFound):
+		return syscall.ENOENT
+	case errors.Is(err, objstore.ErrPrecondition):
+		return syscall.ESTALE
+	case errors.Is(err, objstore.ErrConflict):
+		return syscall.EBUSY
+	case errors.Is(err, objstore.ErrAuth):
+		return syscall.EACCES
+	case errors.Is(err, objstore.ErrInvalid):
+		return syscall.EINVAL
+	case errors.Is(err, objstore.ErrUnavailable), errors.Is(err, objstore.ErrNoBucket):
+		return syscall.EIO
+	case errors.As(err, &errno):
+		return errno
+	}
+	return syscall.EIO
+}
+
+// errno converts err with toErrno and logs the original error once: at debug
+// level for the expected outcomes (ENOENT, ENODATA, EEXIST, ENOTSUP, …), at
+// warning level for everything else, so that an EROFS or ESTALE a user sees
+// always has a log line saying why.
+func (fsys *filesystem) errno(op, key string, err error) syscall.Errno {
+	e := toErrno(err)
+	if e == 0 {
+		return 0
+	}
+	fsys.metrics.errors(e)
+	level := slog.LevelWarn
+	switch e {
+	case syscall.ENOENT, syscall.ENODATA, syscall.EEXIST, syscall.ENOTEMPTY,
+		syscall.EINTR, syscall.ENOTDIR, syscall.EISDIR, syscall.ERANGE, syscall.ENOTSUP:
+		level = slog.LevelDebug
+	}
+	fsys.log.Log(context.Background(), level, "fuse operation failed",
+		"op", op, "key", key, "errno", e.Error(), "err", err)
+	return e
+}

@@ -1,0 +1,391 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// maxKeyLen is S3's limit on object keys.
+const maxKeyLen = 1024
+
+// filesystem is the state shared by every node of one mount.
+type filesystem struct {
+	// Dependencies.
+	store objstore.Store
+	guard Guard // nil only for a ReadOnly mount
+	log   *slog.Logger
+
+	// Constant after construction.
+	opts      Options
+	prefix    string // Options.Prefix
+	hidden    string // FenceDomain + ".fencefs": hidden key (and prefix with "/")
+	stageDir  string // private directory for staging files
+	mountTime time.Time
+	def       attrDefaults
+	ctx       context.Context // cancelled when the mount goes away
+	cancel    context.CancelFunc
+	metrics   *metrics
+	root      *dirNode
+
+	// Counters for metrics (atomic).
+	dirtyFiles   atomic.Int64
+	stagingBytes atomic.Int64
+
+	nodesMu sync.Mutex
+	staged  map[*fileNode]struct{} // GUARDED_BY(nodesMu): nodes holding a staging file
+}
+
+func newFilesystem(opts Options, stageDir string) *filesystem {
+	ctx, cancel := context.WithCancel(context.Background())
+	fsys := &filesystem{
+		store:     opts.Store,
+		guard:     opts.Guard,
+		log:       opts.Logger,
+		opts:      opts,
+		prefix:    opts.Prefix,
+		hidden:    opts.FenceDomain + fencing.ProtocolDir,
+		stageDir:  stageDir,
+		mountTime: time.Now(),
+		def: attrDefaults{
+			UID: opts.UID, GID: opts.GID,
+			FileMode: uint32(opts.FileMode.Perm()), DirMode: uint32(opts.DirMode.Perm()),
+		},
+		ctx:    ctx,
+		cancel: cancel,
+		staged: map[*fileNode]struct{}{},
+	}
+	fsys.metrics = newMetrics(fsys)
+	return fsys
+}
+
+// opctx derives the context of one read-only operation (lookup, getattr,
+// read, readdir, readlink). It is cancelled when the mount goes away and,
+// with Options.HonorInterrupts, when the kernel interrupts the request (the
+// caller then sees EINTR).
+//
+// By default interrupts are ignored, as NFS does since Linux 2.6.25 and
+// gcsfuse does by default: a process receiving any signal (Go programs
+// receive SIGURG for goroutine preemption all the time) would otherwise see
+// EINTR from read(2), stat(2) or close(2), which almost no program retries.
+// A fatal signal still ends the waiting process at once (the kernel stops
+// waiting for the reply).
+func (fsys *filesystem) opctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if !fsys.opts.HonorInterrupts {
+		return fsys.mutctx(ctx)
+	}
+	c, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(fsys.ctx, cancel)
+	return c, func() { stop(); cancel() }
+}
+
+// mutctx derives the context of a mutation: cancelled only when the mount
+// goes away, never by an interrupt, because an abandoned conditional write
+// has an unknown outcome the caller could not act on. It keeps the caller's
+// identity (uid, gid) for new objects.
+func (fsys *filesystem) mutctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	c := fsys.ctx
+	if caller, ok := fuse.FromContext(ctx); ok {
+		c = fuse.NewContext(c, caller)
+	}
+	return context.WithCancel(c)
+}
+
+// checkWritable fails fast, without a round trip, when no mutation can
+// succeed: the mount is read-only, has no token, or is fenced. The Guard
+// re-checks on every mutation; this only gives the right errno early (for
+// example at open(O_WRONLY) rather than at close).
+func (fsys *filesystem) checkWritable() error {
+	if fsys.opts.ReadOnly || fsys.guard == nil {
+		return fmt.Errorf("%w: mounted read-only", fencing.ErrReadOnly)
+	}
+	st := fsys.guard.Status()
+	switch st.State {
+	case fencing.StateActive, fencing.StateSweeping, fencing.StateOff:
+		return nil
+	case fencing.StateFenced:
+		return fmt.Errorf("%w: %s", fencing.ErrFenced, st.Reason)
+	default:
+		return fmt.Errorf("%w (state %s)", fencing.ErrReadOnly, st.State)
+	}
+}
+
+// isHidden reports whether key is the protocol directory or inside it.
+func (fsys *filesystem) isHidden(key string) bool {
+	return key == fsys.hidden || strings.HasPrefix(key, fsys.hidden+"/")
+}
+
+// childKey returns the key of name inside the directory whose key prefix is
+// dirKey, refusing names S3 or fencefs cannot store.
+func (fsys *filesystem) childKey(dirKey, name string) (string, error) {
+	key := dirKey + name
+	if len(key)+1 > maxKeyLen {
+		return key, fmt.Errorf("%w: key %q is longer than S3 accepts", errNameTooLong, key)
+	}
+	if fsys.isHidden(key) {
+		return key, fmt.Errorf("%w: %q is reserved for fencing", errPerm, key)
+	}
+	return key, nil
+}
+
+// pathOf returns the path of n below the root ("" for the root), or false
+// when n is no longer linked into the tree (unlinked or replaced).
+func (fsys *filesystem) pathOf(n *fs.Inode) (string, bool) {
+	root := fsys.root.EmbeddedInode()
+	var segs []string
+	for p := n; p != root; {
+		name, parent := p.Parent()
+		if parent == nil {
+			return "", false
+		}
+		segs = append(segs, name)
+		p = parent
+	}
+	for i, j := 0, len(segs)-1; i < j; i, j = i+1, j-1 {
+		segs[i], segs[j] = segs[j], segs[i]
+	}
+	return strings.Join(segs, "/"), true
+}
+
+// errStopList stops a List early.
+var errStopList = errors.New("stop listing")
+
+// isConflict reports an error saying that the key is not at the version a
+// conditional mutation expected.
+func isConflict(err error) bool {
+	return errors.Is(err, fencing.ErrStale) || errors.Is(err, objstore.ErrPrecondition)
+}
+
+// resolved is what lookup found at a name.
+type resolved struct {
+	kind uint32              // kindFile, kindDir, kindSymlink; 0 = nothing
+	info objstore.ObjectInfo // the object, or the directory marker (ETag "" when implicit)
+}
+
+// resolve finds what a name is, in the order s3fs uses: the object at key
+// (a file or symlink; a tombstone counts as absent), then the directory
+// marker key+"/" and the objects below key+"/" (an implicit directory). A
+// name that is both a file and a directory resolves to the file.
+func (fsys *filesystem) resolve(ctx context.Context, key string) (resolved, error) {
+	info, err := fsys.store.Stat(ctx, key)
+	var dirMeta *objstore.ObjectInfo
+	switch {
+	case err == nil && !fencing.IsTombstone(info):
+		if k := kindOf(key, info.Meta); k != kindDir {
+			return resolved{kind: k, info: info}, nil
+		}
+		// An old-style s3fs directory object without the slash: a
+		// directory; its metadata is used when there is no marker.
+		dirMeta = &info
+	case err == nil, errors.Is(err, objstore.ErrNotFound):
+	default:
+		return resolved{}, err
+	}
+	dirKey := key + "/"
+	var (
+		wg       sync.WaitGroup
+		marker   objstore.ObjectInfo
+		mErr     error
+		live     bool
+		liveErr  error
+		childCtx context.Context
+		cancel   context.CancelFunc
+	)
+	childCtx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		live, liveErr = fsys.hasLive(childCtx, dirKey)
+	}()
+	marker, mErr = fsys.store.Stat(ctx, dirKey)
+	if mErr == nil && !fencing.IsTombstone(marker) {
+		cancel()
+		wg.Wait()
+		return resolved{kind: kindDir, info: marker}, nil
+	}
+	wg.Wait()
+	if mErr != nil && !errors.Is(mErr, objstore.ErrNotFound) {
+		return resolved{}, mErr
+	}
+	if liveErr != nil {
+		return resolved{}, liveErr
+	}
+	if live || dirMeta != nil {
+		r := resolved{kind: kindDir}
+		if dirMeta != nil {
+			r.info.Meta = dirMeta.Meta
+			r.info.LastModified = dirMeta.LastModified
+		}
+		return r, nil
+	}
+	return resolved{}, fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
+}
+
+// hasLive reports whether anything visible lives below prefix: an object
+// other than the marker prefix itself, that is not a tombstone and not in
+// the hidden protocol directory. The marker alone does not count (callers
+// check it separately).
+func (fsys *filesystem) hasLive(ctx context.Context, prefix string) (bool, error) {
+	found := false
+	err := fsys.store.List(ctx, prefix, "", func(e objstore.Entry) error {
+		if e.Key == prefix || fsys.isHidden(e.Key) {
+			return nil
+		}
+		ok, err := fsys.notTombstone(ctx, e)
+		if err != nil {
+			return err
+		}
+		if ok {
+			found = true
+			return errStopList
+		}
+		return nil
+	})
+	if errors.Is(err, errStopList) {
+		err = nil
+	}
+	return found, err
+}
+
+// notTombstone decides whether a listed object is live. Only entries of
+// exactly fencing.TombstoneSize bytes can be tombstones; those are confirmed
+// with a Stat (listings carry no metadata).
+func (fsys *filesystem) notTombstone(ctx context.Context, e objstore.Entry) (bool, error) {
+	if e.Size != fencing.TombstoneSize {
+		return true, nil
+	}
+	info, err := fsys.store.Stat(ctx, e.Key)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return !fencing.IsTombstone(info), nil
+}
+
+// createRetry runs a create (do with the zero base: "must not exist"). When
+// the key turns out to hold a tombstone, the create is retried once on top of
+// it; when it holds a live object the result is errExist.
+func (fsys *filesystem) createRetry(ctx context.Context, key string, do func(base fencing.Version) (objstore.ObjectInfo, error)) (objstore.ObjectInfo, error) {
+	info, err := do(fencing.Version{})
+	if err == nil || !isConflict(err) {
+		return info, err
+	}
+	cur, serr := fsys.store.Stat(ctx, key)
+	switch {
+	case errors.Is(serr, objstore.ErrNotFound):
+		return info, err
+	case serr != nil:
+		return info, serr
+	case !fencing.IsTombstone(cur):
+		return info, fmt.Errorf("%w: %s was created concurrently (%v)", errExist, key, err)
+	}
+	return do(fencing.Version{ETag: cur.ETag, Tombstone: true})
+}
+
+// putEmpty writes an empty object (directory marker, empty file) through the
+// Guard as a create.
+func (fsys *filesystem) createEmpty(ctx context.Context, key string, meta map[string]string) (objstore.ObjectInfo, error) {
+	return fsys.createRetry(ctx, key, func(base fencing.Version) (objstore.ObjectInfo, error) {
+		return fsys.guard.Put(ctx, key, bytes.NewReader(nil), 0, base, meta)
+	})
+}
+
+// deleteObject deletes key at etag. A key that is already gone (deleted or a
+// tombstone) counts as deleted; one that changed is ErrStale.
+func (fsys *filesystem) deleteObject(ctx context.Context, key, etag string) error {
+	err := fsys.guard.Delete(ctx, key, fencing.Version{ETag: etag})
+	if err == nil || !(isConflict(err) || errors.Is(err, objstore.ErrNotFound)) {
+		return err
+	}
+	cur, serr := fsys.store.Stat(ctx, key)
+	if errors.Is(serr, objstore.ErrNotFound) || (serr == nil && fencing.IsTombstone(cur)) {
+		return nil
+	}
+	if serr != nil {
+		return serr
+	}
+	return fmt.Errorf("%w: %s changed since it was read (%v)", fencing.ErrStale, key, err)
+}
+
+// newAttr returns the attributes of an object created now by caller.
+func newAttr(ctx context.Context, kind, perm uint32) posixAttr {
+	now := time.Now()
+	a := posixAttr{Mode: kind | perm&0o7777, Mtime: now, Ctime: now, Atime: now}
+	if c, ok := fuse.FromContext(ctx); ok {
+		a.UID, a.GID = c.Uid, c.Gid
+	}
+	return a
+}
+
+// mergeInfo fills what a Guard result may leave out with what the caller
+// knows it wrote.
+func mergeInfo(info objstore.ObjectInfo, key string, size int64, meta map[string]string) objstore.ObjectInfo {
+	if info.Key == "" {
+		info.Key = key
+	}
+	if info.Size == 0 {
+		info.Size = size
+	}
+	if info.Meta == nil {
+		info.Meta = meta
+	}
+	if info.LastModified.IsZero() {
+		info.LastModified = time.Now()
+	}
+	return info
+}
+
+// fillAttr writes a's fields into out.
+func fillAttr(out *fuse.Attr, a posixAttr, size int64, nlink uint32) {
+	out.Mode = a.Mode
+	out.Size = uint64(size)
+	out.Blocks = (uint64(size) + 511) / 512
+	out.Blksize = 4096
+	out.Nlink = nlink
+	out.Uid = a.UID
+	out.Gid = a.GID
+	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
+}
+
+// statfsOut reports a large, mostly free filesystem: S3 has no capacity.
+func statfsOut(out *fuse.StatfsOut) {
+	const bsize = 4096
+	const blocks = 1 << 40 // 4 PiB
+	out.Bsize = bsize
+	out.Frsize = bsize
+	out.Blocks = blocks
+	out.Bfree = blocks
+	out.Bavail = blocks
+	out.Files = 1 << 32
+	out.Ffree = 1 << 32
+	out.NameLen = 255
+}
+
+// stageFile creates a staging file in the mount's private directory.
+func (fsys *filesystem) stageFile() (*os.File, error) {
+	f, err := os.CreateTemp(fsys.stageDir, "stage-")
+	if err != nil {
+		return nil, fmt.Errorf("create staging file: %w", err)
+	}
+	// The name is not needed: the open descriptor is the staging area.
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("unlink staging file: %w", err)
+	}
+	return f, nil
+}

@@ -1,0 +1,98 @@
+package fusefs
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the filesystem's Prometheus metrics. The zero value (no
+// Registerer) records nothing.
+type metrics struct {
+	errs       *prometheus.CounterVec
+	collectors []prometheus.Collector
+}
+
+func newMetrics(fsys *filesystem) *metrics {
+	m := &metrics{}
+	m.errs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "fencefs", Subsystem: "fuse", Name: "errors_total",
+		Help: "FUSE operations that failed, by errno.",
+	}, []string{"errno"})
+	m.collectors = []prometheus.Collector{
+		m.errs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "fencefs", Subsystem: "fuse", Name: "dirty_files",
+			Help: "Files with local changes not yet committed to the bucket.",
+		}, func() float64 { return float64(fsys.dirtyFiles.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "fencefs", Subsystem: "fuse", Name: "staging_bytes",
+			Help: "Bytes held in local staging files.",
+		}, func() float64 { return float64(fsys.stagingBytes.Load()) }),
+	}
+	return m
+}
+
+// register adds the metrics to r (nil: none).
+func (m *metrics) register(r prometheus.Registerer) error {
+	if r == nil {
+		return nil
+	}
+	var errs []error
+	for _, c := range m.collectors {
+		if err := r.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *metrics) unregister(r prometheus.Registerer) {
+	if r == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		r.Unregister(c)
+	}
+}
+
+// errors counts one failed operation.
+func (m *metrics) errors(e syscall.Errno) {
+	m.errs.WithLabelValues(errnoName(e)).Inc()
+}
+
+// errnoName is the symbolic name of common errnos (metric labels).
+func errnoName(e syscall.Errno) string {
+	switch e {
+	case syscall.ENOENT:
+		return "ENOENT"
+	case syscall.EROFS:
+		return "EROFS"
+	case syscall.ESTALE:
+		return "ESTALE"
+	case syscall.EIO:
+		return "EIO"
+	case syscall.EEXIST:
+		return "EEXIST"
+	case syscall.EINTR:
+		return "EINTR"
+	case syscall.EINVAL:
+		return "EINVAL"
+	case syscall.EACCES:
+		return "EACCES"
+	case syscall.ENOTEMPTY:
+		return "ENOTEMPTY"
+	case syscall.ENODATA:
+		return "ENODATA"
+	case syscall.EXDEV:
+		return "EXDEV"
+	case syscall.EBUSY:
+		return "EBUSY"
+	case syscall.ENOTSUP:
+		return "ENOTSUP"
+	case syscall.EPERM:
+		return "EPERM"
+	}
+	return "other"
+}

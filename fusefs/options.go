@@ -1,0 +1,122 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Guard is the part of *fencing.Guard the filesystem uses: every mutation of
+// the bucket goes through it. See fencing.Guard for the contracts; in short:
+// Put/Copy/Delete are conditioned on base (the zero Version means "must not
+// exist") and fail with fencing.ErrFenced, ErrReadOnly, ErrStale or
+// ErrUnverified; Prepare is a hint that a handle on key became dirty.
+// Implementations must be safe for concurrent use.
+type Guard interface {
+	Bind(ctx context.Context, token uint64) (uint64, error)
+	Status() fencing.Status
+	Prepare(key string)
+	Put(ctx context.Context, key string, body io.ReaderAt, size int64, base fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
+	Copy(ctx context.Context, src, srcETag, dst string, dstBase fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
+	Delete(ctx context.Context, key string, base fencing.Version) error
+}
+
+var _ Guard = (*fencing.Guard)(nil)
+
+// Options configures a mount. Store and Guard are required (Guard may be nil
+// only with ReadOnly); everything else has a default.
+type Options struct {
+	// Store serves every read (Stat, Get, List).
+	Store objstore.Store
+	// Guard performs every mutation.
+	Guard Guard
+
+	// Prefix is the key prefix of the mount inside the bucket: "" for the
+	// whole bucket, else ending in "/".
+	Prefix string
+	// FenceDomain is the key prefix under which the protocol directory
+	// ".fencefs/" lives ("" or ending in "/"); it is hidden from the
+	// filesystem wherever it falls inside the mount.
+	FenceDomain string
+	// CacheDir holds staging files. The mount creates a private
+	// subdirectory and removes it on a clean unmount. Default: os.TempDir().
+	CacheDir string
+
+	// UID, GID, FileMode and DirMode are the owner and permissions of
+	// objects without POSIX metadata. Zero modes mean 0644 and 0755.
+	UID, GID uint32
+	FileMode os.FileMode
+	DirMode  os.FileMode
+
+	// AttrTTL and EntryTTL are the kernel's attribute and directory entry
+	// cache timeouts (negative lookups use EntryTTL too). MetaCacheTTL is
+	// how long the filesystem trusts object metadata it fetched before
+	// asking the store again. Zero means no caching.
+	AttrTTL, EntryTTL, MetaCacheTTL time.Duration
+
+	// ReadOnly refuses every mutation with EROFS (including token binding).
+	ReadOnly bool
+	// MaxDirRename is the largest number of objects a directory rename may
+	// copy; beyond it rename fails with EXDEV (mv then copies file by file).
+	// 0 refuses every directory rename; negative means no limit.
+	MaxDirRename int
+	// AllowOther lets other users access the mount.
+	AllowOther bool
+	// FsName is the source shown in /proc/mounts (default "fencefs"); the
+	// type is always fuse.fencefs.
+	FsName string
+	// HonorInterrupts lets a signal to the calling process cancel its
+	// read-only requests (lookup, read, readdir…), which then fail with
+	// EINTR. Mutations (close, fsync, mkdir, rename…) are never abandoned:
+	// their outcome would be unknown. Off by default; see opctx.
+	HonorInterrupts bool
+	// Debug logs every FUSE request (very verbose).
+	Debug bool
+
+	// Logger receives the filesystem's log lines; nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the filesystem's metrics; nil means none.
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) normalize() error {
+	if o.Store == nil {
+		return fmt.Errorf("fusefs: Options.Store is required")
+	}
+	if o.Guard == nil && !o.ReadOnly {
+		return fmt.Errorf("fusefs: Options.Guard is required unless ReadOnly")
+	}
+	if o.Prefix != "" && !strings.HasSuffix(o.Prefix, "/") {
+		return fmt.Errorf("fusefs: Options.Prefix %q must end in '/'", o.Prefix)
+	}
+	if o.FenceDomain != "" && !strings.HasSuffix(o.FenceDomain, "/") {
+		return fmt.Errorf("fusefs: Options.FenceDomain %q must end in '/'", o.FenceDomain)
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = os.TempDir()
+	}
+	if o.FileMode == 0 {
+		o.FileMode = 0o644
+	}
+	if o.DirMode == 0 {
+		o.DirMode = 0o755
+	}
+	if o.FileMode&^os.ModePerm != 0 || o.DirMode&^os.ModePerm != 0 {
+		return fmt.Errorf("fusefs: FileMode/DirMode must be permission bits only")
+	}
+	if o.FsName == "" {
+		o.FsName = "fencefs"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}

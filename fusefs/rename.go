@@ -1,0 +1,441 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
+)
+
+// renameParallelism bounds the concurrent copies and deletes of a directory
+// rename.
+const renameParallelism = 8
+
+var _ = (fs.NodeRenamer)((*dirNode)(nil))
+
+// Rename moves a file or symlink with a server-side copy conditioned on the
+// destination's version, then a conditional delete of the source. A
+// directory is moved object by object (not atomic; at most
+// Options.MaxDirRename objects, else EXDEV). RENAME_NOREPLACE is honoured;
+// RENAME_EXCHANGE is not supported (EINVAL).
+func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	srcKey, err := d.childKey(name)
+	if err != nil {
+		return d.fsys.errno("rename", srcKey, err)
+	}
+	np, ok := newParent.(*dirNode)
+	if !ok {
+		return d.fsys.errno("rename", srcKey, fmt.Errorf("%w: destination parent is not a directory", errNotDir))
+	}
+	dstKey, err := np.childKey(newName)
+	if err == nil && flags&^uint32(unix.RENAME_NOREPLACE) != 0 {
+		err = fmt.Errorf("%w: rename flags %#x (only RENAME_NOREPLACE is supported)", errInvalid, flags)
+	}
+	if err == nil {
+		err = d.fsys.checkWritable()
+	}
+	if err == nil {
+		ctx, cancel := d.fsys.mutctx(ctx)
+		defer cancel()
+		err = d.rename(ctx, name, srcKey, np, newName, dstKey, flags&unix.RENAME_NOREPLACE != 0)
+	}
+	return d.fsys.errno("rename", srcKey+" -> "+dstKey, err)
+}
+
+func (d *dirNode) rename(ctx context.Context, name, srcKey string, np *dirNode, newName, dstKey string, noreplace bool) error {
+	src := d.GetChild(name)
+	if src == nil {
+		r, err := d.fsys.resolve(ctx, srcKey)
+		if err != nil {
+			return err
+		}
+		src = d.childNode(ctx, name, r)
+	}
+	dst := np.GetChild(newName)
+	if sd, ok := src.Operations().(*dirNode); ok {
+		return d.fsys.renameDir(ctx, sd, srcKey, np, dst, dstKey, noreplace)
+	}
+	return d.fsys.renameObject(ctx, src, srcKey, dst, dstKey, noreplace)
+}
+
+// lockTwo locks two node mutexes in address order (so two renames in
+// opposite directions cannot deadlock). b may be nil or equal to a.
+func lockTwo(a, b *sync.Mutex) func() {
+	if b == nil || a == b {
+		a.Lock()
+		return a.Unlock
+	}
+	if uintptr(unsafe.Pointer(b)) < uintptr(unsafe.Pointer(a)) {
+		a, b = b, a
+	}
+	a.Lock()
+	b.Lock()
+	return func() { b.Unlock(); a.Unlock() }
+}
+
+func baseOf(ino *fs.Inode) *nodeBase {
+	switch n := ino.Operations().(type) {
+	case *fileNode:
+		return &n.nodeBase
+	case *symlinkNode:
+		return &n.nodeBase
+	case *dirNode:
+		return &n.nodeBase
+	}
+	return nil
+}
+
+// renameObject renames a file or a symlink.
+func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey string, dst *fs.Inode, dstKey string, noreplace bool) error {
+	sb := baseOf(src)
+	var db *nodeBase
+	if dst != nil {
+		if _, isDir := dst.Operations().(*dirNode); isDir {
+			return fmt.Errorf("%w: %s", errIsDir, dstKey)
+		}
+		db = baseOf(dst)
+	}
+	var dbMu *sync.Mutex
+	if db != nil {
+		dbMu = &db.opMu
+	}
+	unlock := lockTwo(&sb.opMu, dbMu)
+	defer unlock()
+
+	sf, _ := src.Operations().(*fileNode)
+	if sf != nil {
+		// The copy is of the stored object: commit local changes first.
+		if err := sf.commitLocked(ctx); err != nil {
+			return err
+		}
+		sf.mu.Lock()
+		unlinked := sf.unlinked
+		sf.mu.Unlock()
+		if unlinked {
+			return fmt.Errorf("%w: %s", objstore.ErrNotFound, srcKey)
+		}
+	}
+	info, a := sb.snapshot()
+
+	// The version the destination is conditioned on.
+	dstBase := fencing.Version{}
+	dstLive := false
+	if db != nil && db != sb {
+		df, _ := dst.Operations().(*fileNode)
+		db.mu.Lock()
+		etag := db.info.ETag
+		pendingOnly := df != nil && df.pending
+		gone := df != nil && df.unlinked
+		db.mu.Unlock()
+		if !gone {
+			dstLive = true
+			if !pendingOnly {
+				dstBase = fencing.Version{ETag: etag}
+			}
+		}
+		if noreplace && dstLive {
+			return fmt.Errorf("%w: %s", errExist, dstKey)
+		}
+		if df != nil && dstLive && !pendingOnly {
+			// Open handles of the replaced file keep reading its content.
+			if err := df.preserveForReadersLocked(ctx); err != nil {
+				return err
+			}
+		}
+	}
+
+	a.Ctime = time.Now()
+	meta := encodeAttr(a, info.Meta)
+	cp := func(base fencing.Version) (objstore.ObjectInfo, error) {
+		return fsys.guard.Copy(ctx, srcKey, info.ETag, dstKey, base, meta)
+	}
+	out, err := cp(dstBase)
+	if err != nil && isConflict(err) && !dstBase.Exists() {
+		// Something we did not know about is at the destination.
+		cur, serr := fsys.store.Stat(ctx, dstKey)
+		switch {
+		case serr != nil:
+			if !errors.Is(serr, objstore.ErrNotFound) {
+				err = serr
+			}
+		case fencing.IsTombstone(cur):
+			out, err = cp(fencing.Version{ETag: cur.ETag, Tombstone: true})
+		case noreplace:
+			err = fmt.Errorf("%w: %s", errExist, dstKey)
+		default:
+			out, err = cp(fencing.Version{ETag: cur.ETag})
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := fsys.deleteObject(ctx, srcKey, info.ETag); err != nil {
+		fsys.log.Warn("rename copied the object but could not delete the source; both names exist",
+			"src", srcKey, "dst", dstKey, "err", err)
+		return err
+	}
+	out = mergeInfo(out, dstKey, info.Size, meta)
+	sb.mu.Lock()
+	sb.info = out
+	sb.attr = a
+	sb.fetched = time.Now()
+	sb.mu.Unlock()
+	if sf != nil {
+		sf.mu.Lock()
+		sf.keepETag = out.ETag
+		sf.mu.Unlock()
+	}
+	if dst != nil && db != sb {
+		switch n := dst.Operations().(type) {
+		case *fileNode:
+			n.markUnlinked()
+		case *symlinkNode:
+			n.markUnlinked()
+		}
+	}
+	return nil
+}
+
+// renameDir moves every object below srcKey+"/" to dstKey+"/": all copies
+// first (conditioned on the destinations being absent), then the deletes of
+// the sources (conditioned on the versions copied). A failed copy removes
+// the copies already made; a failed delete leaves both trees and is
+// reported.
+func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey string, np *dirNode, dst *fs.Inode, dstKey string, noreplace bool) error {
+	srcPrefix, dstPrefix := srcKey+"/", dstKey+"/"
+	if strings.HasPrefix(dstPrefix, srcPrefix) {
+		return fmt.Errorf("%w: cannot move %s into itself", errInvalid, srcPrefix)
+	}
+	if strings.HasPrefix(fsys.hidden+"/", srcPrefix) {
+		return fmt.Errorf("%w: %s holds the fencing protocol directory", errCrossDevice, srcPrefix)
+	}
+	if fsys.opts.MaxDirRename == 0 {
+		return fmt.Errorf("%w: directory renames are disabled (max_dir_rename=0)", errCrossDevice)
+	}
+	switch {
+	case dst != nil:
+		dd, ok := dst.Operations().(*dirNode)
+		if !ok {
+			return fmt.Errorf("%w: %s", errNotDir, dstKey)
+		}
+		if noreplace {
+			return fmt.Errorf("%w: %s", errExist, dstKey)
+		}
+		if err := dd.checkEmpty(ctx, dstPrefix); err != nil {
+			return err
+		}
+	default:
+		// Not known here: it may still exist in the store.
+		if noreplace {
+			if _, err := fsys.resolve(ctx, dstKey); err == nil {
+				return fmt.Errorf("%w: %s", errExist, dstKey)
+			} else if !errors.Is(err, objstore.ErrNotFound) {
+				return err
+			}
+		}
+		live, err := fsys.hasLive(ctx, dstPrefix)
+		if err != nil {
+			return err
+		}
+		if live {
+			return fmt.Errorf("%w: %s", errNotEmpty, dstPrefix)
+		}
+	}
+
+	// The copies are of stored objects: commit what is pending below.
+	if err := commitTree(ctx, sd.EmbeddedInode()); err != nil {
+		return err
+	}
+
+	var entries []objstore.Entry
+	err := fsys.store.List(ctx, srcPrefix, "", func(e objstore.Entry) error {
+		if fsys.isHidden(e.Key) {
+			return nil
+		}
+		entries = append(entries, e)
+		if fsys.opts.MaxDirRename > 0 && len(entries) > fsys.opts.MaxDirRename {
+			return fmt.Errorf("%w: %s holds more than %d objects (max_dir_rename)", errCrossDevice, srcPrefix, fsys.opts.MaxDirRename)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Drop tombstones; remember what is at the destination (tombstones and
+	// the marker of an empty directory).
+	live := make([]bool, len(entries))
+	if err := parallel(ctx, len(entries), func(ctx context.Context, i int) error {
+		ok, err := fsys.notTombstone(ctx, entries[i])
+		live[i] = ok
+		return err
+	}); err != nil {
+		return err
+	}
+	dstVersions := map[string]fencing.Version{}
+	err = fsys.store.List(ctx, dstPrefix, "", func(e objstore.Entry) error {
+		// The destination is empty: anything but its marker is a tombstone.
+		dstVersions[e.Key] = fencing.Version{ETag: e.ETag, Tombstone: e.Key != dstPrefix}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+
+	var srcs []objstore.Entry
+	for i, e := range entries {
+		if live[i] {
+			srcs = append(srcs, e)
+		}
+	}
+	copied := make([]objstore.ObjectInfo, len(srcs))
+	done := make([]bool, len(srcs))
+	err = parallel(ctx, len(srcs), func(ctx context.Context, i int) error {
+		e := srcs[i]
+		to := dstPrefix + strings.TrimPrefix(e.Key, srcPrefix)
+		out, err := fsys.guard.Copy(ctx, e.Key, e.ETag, to, dstVersions[to], nil)
+		if err != nil {
+			return fmt.Errorf("copy %s to %s: %w", e.Key, to, err)
+		}
+		copied[i], done[i] = mergeInfo(out, to, e.Size, nil), true
+		return nil
+	})
+	if err != nil {
+		// Undo: remove the copies made, so the source stays the only tree.
+		for i := range srcs {
+			if done[i] {
+				if derr := fsys.guard.Delete(fsys.ctx, copied[i].Key, fencing.Version{ETag: copied[i].ETag}); derr != nil {
+					fsys.log.Warn("directory rename: could not remove a copy after a failure",
+						"key", copied[i].Key, "err", derr)
+				}
+			}
+		}
+		return err
+	}
+	// Delete the sources; the marker last, so that an interrupted rename
+	// still shows the source directory.
+	var marker = -1
+	var rest []int
+	for i, e := range srcs {
+		if e.Key == srcPrefix {
+			marker = i
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	err = parallel(ctx, len(rest), func(ctx context.Context, j int) error {
+		e := srcs[rest[j]]
+		return fsys.deleteObject(ctx, e.Key, e.ETag)
+	})
+	if err == nil && marker >= 0 {
+		err = fsys.deleteObject(ctx, srcPrefix, srcs[marker].ETag)
+	}
+	if err != nil {
+		fsys.log.Warn("directory rename copied everything but could not delete all sources; both trees exist",
+			"src", srcPrefix, "dst", dstPrefix, "err", err)
+		return err
+	}
+
+	// The nodes below move with the tree (go-fuse moves the subtree when we
+	// return); give them the versions copied.
+	byOld := make(map[string]objstore.ObjectInfo, len(srcs))
+	for i, e := range srcs {
+		byOld[e.Key] = copied[i]
+	}
+	updateTree(sd.EmbeddedInode(), srcPrefix, byOld)
+	return nil
+}
+
+// commitTree commits every dirty file below ino.
+func commitTree(ctx context.Context, ino *fs.Inode) error {
+	for _, ch := range ino.Children() {
+		switch n := ch.Operations().(type) {
+		case *fileNode:
+			if err := n.commit(ctx); err != nil {
+				return err
+			}
+		case *dirNode:
+			if err := commitTree(ctx, ch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// updateTree gives the nodes below ino (whose key prefix was prefix) the
+// versions their objects were copied to.
+func updateTree(ino *fs.Inode, prefix string, byOld map[string]objstore.ObjectInfo) {
+	if dn, ok := ino.Operations().(*dirNode); ok {
+		if info, ok := byOld[prefix]; ok {
+			dn.mu.Lock()
+			dn.info = info
+			dn.fetched = time.Now()
+			dn.mu.Unlock()
+		}
+	}
+	for name, ch := range ino.Children() {
+		switch n := ch.Operations().(type) {
+		case *dirNode:
+			updateTree(ch, prefix+name+"/", byOld)
+		case *fileNode:
+			if info, ok := byOld[prefix+name]; ok {
+				n.mu.Lock()
+				info.Meta = n.info.Meta
+				n.info = info
+				n.keepETag = info.ETag
+				n.mu.Unlock()
+			}
+		case *symlinkNode:
+			if info, ok := byOld[prefix+name]; ok {
+				n.mu.Lock()
+				info.Meta = n.info.Meta
+				n.info = info
+				n.mu.Unlock()
+			}
+		}
+	}
+}
+
+// parallel runs fn for 0..n-1 with at most renameParallelism at a time and
+// returns the first error (the others are cancelled).
+func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, renameParallelism)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for i := 0; i < n; i++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(ctx, i); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return first
+}

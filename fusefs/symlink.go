@@ -1,0 +1,163 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"syscall"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// maxSymlinkTarget is the longest target (PATH_MAX - 1).
+const maxSymlinkTarget = 4095
+
+// symlinkNode is a symbolic link, stored as s3fs does: an object whose body
+// is the target and whose mode has S_IFLNK.
+type symlinkNode struct {
+	fs.Inode
+	nodeBase
+
+	// GUARDED_BY(mu) (nodeBase.mu):
+	target     string
+	targetETag string // the version target was read from
+	unlinked   bool
+}
+
+func newSymlinkNode(fsys *filesystem, info objstore.ObjectInfo) *symlinkNode {
+	n := &symlinkNode{}
+	n.init(fsys, &n.Inode, kindSymlink, info)
+	return n
+}
+
+func (n *symlinkNode) fillAttr(out *fuse.Attr) {
+	n.mu.Lock()
+	a, size, unlinked := n.attr, n.info.Size, n.unlinked
+	if n.target != "" {
+		size = int64(len(n.target))
+	}
+	n.mu.Unlock()
+	nlink := uint32(1)
+	if unlinked {
+		nlink = 0
+	}
+	fillAttr(out, a, size, nlink)
+}
+
+func (n *symlinkNode) markUnlinked() {
+	n.mu.Lock()
+	n.unlinked = true
+	n.mu.Unlock()
+}
+
+var _ = (fs.NodeGetattrer)((*symlinkNode)(nil))
+
+// Getattr returns the link's attributes (refreshed after MetaCacheTTL).
+func (n *symlinkNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.mu.Lock()
+	stale := n.staleLocked() && !n.unlinked
+	n.mu.Unlock()
+	if stale {
+		ctx, cancel := n.fsys.opctx(ctx)
+		defer cancel()
+		if key, ok := n.key(); ok {
+			info, err := n.fsys.store.Stat(ctx, key)
+			if err == nil && fencing.IsTombstone(info) {
+				err = fmt.Errorf("%w: %s is a tombstone", objstore.ErrNotFound, key)
+			}
+			if err != nil {
+				return n.fsys.errno("getattr", key, err)
+			}
+			n.setInfo(info)
+		}
+	}
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+var _ = (fs.NodeReadlinker)((*symlinkNode)(nil))
+
+// Readlink returns the target: the object's body, read once per version.
+func (n *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	n.mu.Lock()
+	etag, target, tETag := n.info.ETag, n.target, n.targetETag
+	n.mu.Unlock()
+	if target != "" && tETag == etag {
+		return []byte(target), 0
+	}
+	key, err := n.keyOrErr()
+	if err != nil {
+		return nil, n.fsys.errno("readlink", "", err)
+	}
+	ctx, cancel := n.fsys.opctx(ctx)
+	defer cancel()
+	rc, _, err := n.fsys.store.Get(ctx, key, objstore.GetOptions{Length: -1, IfMatch: etag})
+	if err != nil {
+		return nil, n.fsys.errno("readlink", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxSymlinkTarget+1))
+	if err != nil {
+		return nil, n.fsys.errno("readlink", key, err)
+	}
+	if len(b) == 0 || len(b) > maxSymlinkTarget {
+		return nil, n.fsys.errno("readlink", key, fmt.Errorf("%w: symlink object of %d bytes", objstore.ErrInvalid, len(b)))
+	}
+	n.mu.Lock()
+	n.target, n.targetETag = string(b), etag
+	n.mu.Unlock()
+	return b, 0
+}
+
+var _ = (fs.NodeSetattrer)((*symlinkNode)(nil))
+
+// Setattr stores lchown and lutimes changes (self-copy of the object).
+func (n *symlinkNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx, cancel := n.fsys.mutctx(ctx)
+	defer cancel()
+	key, _ := n.key()
+	if _, ok := in.GetSize(); ok {
+		return n.fsys.errno("setattr", key, fmt.Errorf("%w: truncate of a symlink", errInvalid))
+	}
+	if mutate, ok := setattrMutation(in); ok {
+		n.opMu.Lock()
+		err := n.updateMetaRemote(ctx, mutate)
+		n.opMu.Unlock()
+		if err != nil {
+			return n.fsys.errno("setattr", key, err)
+		}
+	}
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+var _ = (fs.NodeStatfser)((*symlinkNode)(nil))
+
+// Statfs reports the filesystem's (fixed) capacity.
+func (n *symlinkNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	statfsOut(out)
+	return 0
+}
+
+var _ = (fs.NodeGetxattrer)((*symlinkNode)(nil))
+
+// Getxattr reads a user attribute or user.fencefs.stamp.
+func (n *symlinkNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	sz, err := n.getxattr(attr, dest)
+	if err != nil {
+		k, _ := n.key()
+		return sz, n.fsys.errno("getxattr", k, err)
+	}
+	return sz, 0
+}
+
+var _ = (fs.NodeListxattrer)((*symlinkNode)(nil))
+
+// Listxattr lists the user attributes.
+func (n *symlinkNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	sz, err := copyXattr(dest, n.listxattr(nil))
+	return sz, toErrno(err)
+}

@@ -1,0 +1,125 @@
+// Package lease is leader election on an S3 bucket, paired with fencing: a
+// named lease that one holder at a time acquires, renews and releases by
+// conditional writes, and whose holder takes its fencing token from the same
+// epoch register every fencefs mount uses. The lease detects a lost leader;
+// the token stops the lost leader's writes. Neither alone is enough: a
+// leader paused by GC or a VM freeze does not learn in time that its lease
+// expired, and a token without a lease has no one to hand it out. This is the
+// "robust scheme" (Kleppmann's lease + fencing token) with no ZooKeeper or
+// etcd: only the bucket.
+//
+// # Objects
+//
+// The lease named N lives at <domain>.fencefs/leases/N (domain is the fence
+// domain prefix, "" for the whole bucket), next to the epoch register. Its
+// body is JSON:
+//
+//	{"format":1, "name":"N", "holder":"host:pid", "id":"<random>",
+//	 "token":17, "prev_token":16, "ttl_ms":15000, "renewed_seq":42,
+//	 "renewed_at":"…", "acquired_at":"…", "released":false}
+//
+// Every change is a conditional PUT: If-None-Match:* to create the object,
+// If-Match on the ETag just read to take it over, renew it or release it.
+// renewed_seq grows by one on every write (also across holders) and id is
+// random per acquisition, so no two versions of the object have the same
+// body, hence the same ETag: an If-Match can never match a stale version
+// (no ETag ABA). The object is never deleted (some backends ignore
+// conditions on DELETE); a release is a write with "released":true.
+// renewed_at and acquired_at are informational only: no decision reads
+// another machine's clock.
+//
+// # Expiry without synchronized clocks
+//
+// Only durations measured on one machine's monotonic clock are compared:
+//
+//   - The holder keeps the start time s of its last successful write (the
+//     earliest attempt that could have produced the version now current).
+//     It renews at s + TTL/3 (retrying every TTL/15 on failure) and
+//     considers the lease LOST at s + TTL − TTL/5, whether or not anyone
+//     took it. A refused renewal (the object changed: someone took it over)
+//     is a loss at once.
+//   - A contender reads the object; if it is missing it creates it; if it
+//     is released it takes it at once (If-Match on that version); otherwise
+//     it remembers the ETag and the time f at which the read RETURNED, and
+//     takes the lease over (If-Match on that ETag) only after seeing the
+//     very same ETag, unchanged, for the holder's full TTL (the ttl_ms in
+//     the object) of its own clock. Any change of the ETag restarts the
+//     count.
+//
+// The version the contender watches was written after the holder started
+// writing it (s ≤ landing ≤ f), so the takeover lands at or after
+// f + TTL ≥ s + TTL, later than the holder's own deadline s + TTL − TTL/5.
+// The margin absorbs clock rate differences (NTP slews rates by at most
+// 0.05%; TTL/5 is 20%). So, on two machines whose clocks run at roughly the
+// same rate, the holder always gives the lease up before anyone can take it.
+// Within one process (the tests) this is exact: Held is false before a
+// contender's Acquire can return.
+//
+// That is the lease's promise, and it is not enough on its own: a holder
+// frozen for longer than the TTL cannot act on its own deadline. Hence the
+// token.
+//
+// # Fencing tokens
+//
+// After the lease is held, Acquire binds a fencing token: Options.Guard
+// (fencing.Guard.Bind(ctx, 0), "auto": the register's next epoch, with the
+// takeover sweep) or Options.Bind (any function; `fencefs run` sets the
+// mount's root xattr user.fencefs.token to "auto"), and records the token in
+// the lease object. Binding AFTER holding the lease means a later holder
+// always binds a later epoch than an earlier one, so the earlier holder's
+// writes are refused by the storage itself (fencing.ErrFenced, EROFS on a
+// mount) even if its process was frozen and never noticed the loss. Tokens
+// issued through leases and tokens given explicitly (--token N) share the one
+// register, hence one monotonic sequence. prev_token carries the highest
+// token recorded through the lease across holders that bound none, and
+// Acquire refuses (ErrToken) a bound token not above it.
+//
+// Residual hazard: a bind that was started while the lease was held and is
+// delayed in the network beyond the loss can still complete and bind an
+// epoch newer than the next holder's, fencing the NEW holder. That costs
+// liveness (the new holder's writes fail, and it must re-acquire), never
+// safety: at most one token is current. Acquire cancels the bind on loss to
+// keep the window small.
+//
+// # Go API
+//
+//	l, err := lease.Acquire(ctx, store, "leader", lease.Options{TTL: 15 * time.Second, Guard: guard})
+//	if err != nil { … }                // ctx bounds the wait and the bind
+//	defer l.Release(context.Background())
+//	for {
+//		select {
+//		case <-l.Lost():              // renewal failed or someone took over
+//			return l.Err()            // wraps ErrLost
+//		case work := <-queue:
+//			guard.Put(ctx, …)         // refused (ErrFenced) once a newer holder bound
+//		}
+//	}
+//
+// See Example. Renewal runs by itself (every TTL/3); Renew forces one now,
+// Held asks the holder's own clock, Lost/Err report the end. Without Guard
+// or Bind the lease carries no token; the caller binds one itself (after
+// Acquire returns) and may record it with RecordToken. Inspect reads a lease
+// without taking part.
+//
+// Tokens are per fence domain, not per lease: binding one for any lease
+// fences every other writer of the domain. Give a domain one lease name for
+// its writers (leader election); other names are fine for leases that bind
+// no token.
+//
+// # fencefs run
+//
+// `fencefs run --lease NAME --mount MOUNTPOINT [--ttl 15s] [--grace 10s] --
+// COMMAND ARGS…` is this package plus a process supervisor: wait for the
+// lease, bind its token on the mount, run COMMAND with FENCEFS_TOKEN set,
+// renew while it runs; on loss SIGTERM the command (its process group), then
+// SIGKILL after the grace period, and exit 75; release on exit. Like
+// `etcdctl lock` or `consul lock`, but a stalled old holder is also refused
+// by the storage.
+//
+// # Concurrency
+//
+// A Lease is safe for concurrent use. One goroutine per held lease renews it
+// until Release or loss. Lock order: Lease.wmu (serializes writes of the
+// lease object, held across I/O) before Lease.mu (state, never held across
+// I/O).
+package lease

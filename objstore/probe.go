@@ -1,0 +1,517 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Names of the capability checks, as they appear in Check.Name, in
+// Capabilities.Reasons, in `fencefs probe` output and in metric labels.
+const (
+	CheckIfNoneMatchCreate       = "if-none-match-create"
+	CheckIfMatchCAS              = "if-match-cas"
+	CheckIfMatchMissingRefused   = "if-match-missing-refused"
+	CheckConditionalComplete     = "conditional-complete"
+	CheckConditionalDelete       = "conditional-delete"
+	CheckConditionalCopyDest     = "conditional-copy-dest"
+	CheckParallelCreateOneWinner = "parallel-create-one-winner"
+	CheckStrongListAfterWrite    = "strong-list-after-write"
+)
+
+// checkOrder is the order of Checks().
+var checkOrder = []string{
+	CheckIfNoneMatchCreate, CheckIfMatchCAS, CheckIfMatchMissingRefused,
+	CheckConditionalComplete, CheckConditionalDelete, CheckConditionalCopyDest,
+	CheckParallelCreateOneWinner, CheckStrongListAfterWrite,
+}
+
+// StrictRequires lists the checks strict fencing depends on. Conditional
+// DELETE is not among them: without it deletes become tombstones.
+var StrictRequires = []string{
+	CheckIfNoneMatchCreate, CheckIfMatchCAS, CheckIfMatchMissingRefused,
+	CheckConditionalComplete, CheckConditionalCopyDest,
+	CheckParallelCreateOneWinner, CheckStrongListAfterWrite,
+}
+
+// FastRequires lists the checks fast fencing depends on (no intents, so no
+// listing consistency is needed).
+var FastRequires = []string{
+	CheckIfNoneMatchCreate, CheckIfMatchCAS, CheckIfMatchMissingRefused,
+	CheckConditionalComplete, CheckConditionalCopyDest,
+	CheckParallelCreateOneWinner,
+}
+
+// Capabilities is the result of Probe: one flag per check and, for every
+// failed check, a human-readable reason.
+type Capabilities struct {
+	// IfNoneMatchCreate: PUT with If-None-Match:* creates once, then refuses.
+	IfNoneMatchCreate bool
+	// IfMatchCAS: PUT with If-Match succeeds on the current ETag only.
+	IfMatchCAS bool
+	// IfMatchMissingRefused: PUT with If-Match on a missing key is refused.
+	IfMatchMissingRefused bool
+	// ConditionalComplete: multipart uploads honour If-Match and
+	// If-None-Match on CompleteMultipartUpload.
+	ConditionalComplete bool
+	// ConditionalDelete: DELETE with a wrong If-Match is refused.
+	ConditionalDelete bool
+	// ConditionalCopyDest: Copy honours conditions on the destination (as
+	// the store implements it; S3 stores emulate it with multipart copy).
+	ConditionalCopyDest bool
+	// ParallelCreateOneWinner: concurrent If-None-Match:* creates of one
+	// key have exactly one winner.
+	ParallelCreateOneWinner bool
+	// StrongListAfterWrite: a listing right after a write shows it, and
+	// right after a delete does not.
+	StrongListAfterWrite bool
+
+	// Reasons maps the name of each failed check to why it failed.
+	Reasons map[string]string
+	// Err is set when the probe could not run to the end (credentials,
+	// missing bucket, unavailable storage, cancelled context); checks not
+	// run are reported false with a "not checked" reason.
+	Err error
+	// Duration is how long the probe took.
+	Duration time.Duration
+}
+
+// Check is one row of a probe report.
+type Check struct {
+	Name   string
+	OK     bool
+	Reason string // empty when OK
+}
+
+func (c *Capabilities) flag(name string) *bool {
+	switch name {
+	case CheckIfNoneMatchCreate:
+		return &c.IfNoneMatchCreate
+	case CheckIfMatchCAS:
+		return &c.IfMatchCAS
+	case CheckIfMatchMissingRefused:
+		return &c.IfMatchMissingRefused
+	case CheckConditionalComplete:
+		return &c.ConditionalComplete
+	case CheckConditionalDelete:
+		return &c.ConditionalDelete
+	case CheckConditionalCopyDest:
+		return &c.ConditionalCopyDest
+	case CheckParallelCreateOneWinner:
+		return &c.ParallelCreateOneWinner
+	case CheckStrongListAfterWrite:
+		return &c.StrongListAfterWrite
+	}
+	panic("objstore: unknown check " + name)
+}
+
+// Checks returns one row per check, in a fixed order.
+func (c Capabilities) Checks() []Check {
+	out := make([]Check, 0, len(checkOrder))
+	for _, name := range checkOrder {
+		out = append(out, Check{Name: name, OK: *c.flag(name), Reason: c.Reasons[name]})
+	}
+	return out
+}
+
+// Require returns nil if every named check passed, else an error naming
+// each failed one with its reason (and the probe's own error, if any).
+func (c Capabilities) Require(names ...string) error {
+	var msgs []string
+	for _, name := range names {
+		if !*c.flag(name) {
+			msgs = append(msgs, name+": "+c.Reasons[name])
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if c.Err != nil {
+		return fmt.Errorf("storage probe did not complete: %w", c.Err)
+	}
+	return fmt.Errorf("the storage lacks %s", strings.Join(msgs, "; "))
+}
+
+// StrictOK returns nil if strict fencing can run on the probed store.
+func (c Capabilities) StrictOK() error { return c.Require(StrictRequires...) }
+
+// FastOK returns nil if fast fencing can run on the probed store.
+func (c Capabilities) FastOK() error { return c.Require(FastRequires...) }
+
+// NeedsTombstoneDeletes reports whether deletes must be written as
+// tombstones because DELETE ignores its condition.
+func (c Capabilities) NeedsTombstoneDeletes() bool { return !c.ConditionalDelete }
+
+// ProbeDir is the directory, under the probe's prefix, of its scratch keys.
+const ProbeDir = ".fencefs/probe/"
+
+// Probe checks on scratch keys under prefix + ProbeDir + "<random>/" which
+// conditional operations store really honours (DESIGN.md §3), and removes
+// its scratch keys (and any incomplete upload under them) before returning,
+// also on failure. It never returns an error: a check that cannot run is
+// reported failed with a reason, and Capabilities.Err tells why the probe
+// stopped early (ErrAuth, ErrNoBucket, ErrUnavailable or a context error).
+// It uses only the Store interface; a few dozen small requests.
+func Probe(ctx context.Context, store Store, prefix string) Capabilities {
+	start := time.Now()
+	p := &prober{s: store, dir: prefix + ProbeDir + randomHex(8) + "/"}
+	caps := Capabilities{Reasons: map[string]string{}}
+	checks := []struct {
+		name string
+		fn   func(ctx context.Context) (string, error)
+	}{
+		{CheckIfNoneMatchCreate, p.ifNoneMatchCreate},
+		{CheckIfMatchCAS, p.ifMatchCAS},
+		{CheckIfMatchMissingRefused, p.ifMatchMissing},
+		{CheckConditionalComplete, p.conditionalComplete},
+		{CheckConditionalDelete, p.conditionalDelete},
+		{CheckConditionalCopyDest, p.conditionalCopyDest},
+		{CheckParallelCreateOneWinner, p.parallelCreate},
+		{CheckStrongListAfterWrite, p.strongList},
+	}
+	for _, c := range checks {
+		if caps.Err != nil {
+			caps.Reasons[c.name] = "not checked: " + caps.Err.Error()
+			continue
+		}
+		reason, err := c.fn(ctx)
+		switch {
+		case err != nil && isFatal(ctx, err):
+			caps.Err = err
+			caps.Reasons[c.name] = "not checked: " + err.Error()
+		case err != nil:
+			caps.Reasons[c.name] = "unexpected error: " + err.Error()
+		case reason != "":
+			caps.Reasons[c.name] = reason
+		default:
+			*caps.flag(c.name) = true
+		}
+	}
+	// Clean up even when ctx is done, within a bounded time.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	p.cleanup(cctx)
+	caps.Duration = time.Since(start)
+	return caps
+}
+
+func isFatal(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, ErrAuth) || errors.Is(err, ErrNoBucket) ||
+		errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type prober struct {
+	s   Store
+	dir string
+}
+
+func (p *prober) put(ctx context.Context, key string, body []byte, opts PutOptions) (ObjectInfo, error) {
+	return p.s.Put(ctx, p.dir+key, bytes.NewReader(body), int64(len(body)), opts)
+}
+
+// current returns the body and ETag at key; found is false if absent.
+func (p *prober) current(ctx context.Context, key string) (body []byte, etag string, found bool, err error) {
+	rc, info, err := p.s.Get(ctx, p.dir+key, GetOptions{})
+	if errors.Is(err, ErrNotFound) {
+		return nil, "", false, nil
+	}
+	if err != nil {
+		return nil, "", false, err
+	}
+	defer rc.Close()
+	body, err = io.ReadAll(rc)
+	return body, info.ETag, true, err
+}
+
+// refused classifies the outcome of a write that must be refused: "" when
+// it was refused with ErrPrecondition, a reason when it succeeded, err when
+// it failed otherwise.
+func refused(what string, err error) (string, error) {
+	switch {
+	case err == nil:
+		return what + " succeeded but must be refused", nil
+	case errors.Is(err, ErrPrecondition):
+		return "", nil
+	default:
+		return "", err
+	}
+}
+
+// unchanged returns a reason if key no longer holds want.
+func (p *prober) unchanged(ctx context.Context, key string, want []byte, what string) (string, error) {
+	body, _, found, err := p.current(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		return what + " was refused but the object disappeared", nil
+	}
+	if !bytes.Equal(body, want) {
+		return what + " was refused but the object changed anyway", nil
+	}
+	return "", nil
+}
+
+func (p *prober) ifNoneMatchCreate(ctx context.Context) (string, error) {
+	if _, err := p.put(ctx, "create", []byte("first"), PutOptions{Cond: Condition{IfNoneMatch: true}}); err != nil {
+		if errors.Is(err, ErrPrecondition) {
+			return "If-None-Match:* on a new key was refused", nil
+		}
+		return "", err
+	}
+	_, err := p.put(ctx, "create", []byte("second"), PutOptions{Cond: Condition{IfNoneMatch: true}})
+	if r, err := refused("PUT with If-None-Match:* over an existing key", err); r != "" || err != nil {
+		return r, err
+	}
+	return p.unchanged(ctx, "create", []byte("first"), "PUT with If-None-Match:*")
+}
+
+func (p *prober) ifMatchCAS(ctx context.Context) (string, error) {
+	v1, err := p.put(ctx, "cas", []byte("v1"), PutOptions{})
+	if err != nil {
+		return "", err
+	}
+	v2, err := p.put(ctx, "cas", []byte("v2"), PutOptions{Cond: Condition{IfMatch: v1.ETag}})
+	if errors.Is(err, ErrPrecondition) {
+		return "PUT with If-Match of the current ETag was refused", nil
+	} else if err != nil {
+		return "", err
+	}
+	if v2.ETag == v1.ETag {
+		return "the ETag did not change when the content did", nil
+	}
+	_, err = p.put(ctx, "cas", []byte("v3"), PutOptions{Cond: Condition{IfMatch: v1.ETag}})
+	if r, err := refused("PUT with a stale If-Match", err); r != "" || err != nil {
+		return r, err
+	}
+	return p.unchanged(ctx, "cas", []byte("v2"), "PUT with a stale If-Match")
+}
+
+// absentETag is the MD5 of a body never written, for conditions that must
+// not match.
+var absentETag = hex.EncodeToString([]byte("fencefs-no-such!"))
+
+func (p *prober) ifMatchMissing(ctx context.Context) (string, error) {
+	_, err := p.put(ctx, "missing", []byte("x"), PutOptions{Cond: Condition{IfMatch: absentETag}})
+	if r, err := refused("PUT with If-Match on a missing key", err); r != "" || err != nil {
+		return r, err
+	}
+	if _, found, err := p.exists(ctx, "missing"); err != nil || found {
+		if err != nil {
+			return "", err
+		}
+		return "PUT with If-Match on a missing key was refused but created the key", nil
+	}
+	return "", nil
+}
+
+func (p *prober) exists(ctx context.Context, key string) (ObjectInfo, bool, error) {
+	info, err := p.s.Stat(ctx, p.dir+key)
+	if errors.Is(err, ErrNotFound) {
+		return info, false, nil
+	}
+	return info, err == nil, err
+}
+
+func (p *prober) conditionalComplete(ctx context.Context) (string, error) {
+	mp := func(c Condition) PutOptions { return PutOptions{Shape: ShapeMultipart, Parts: 1, Cond: c} }
+	v1, err := p.put(ctx, "complete", []byte("v1"), mp(Condition{IfNoneMatch: true}))
+	if errors.Is(err, ErrPrecondition) {
+		return "multipart upload with If-None-Match:* on a new key was refused", nil
+	} else if err != nil {
+		return "", err
+	}
+	if _, ok := IsMultipartETag(v1.ETag); !ok {
+		return fmt.Sprintf("a multipart upload got the non-multipart ETag %q", v1.ETag), nil
+	}
+	_, err = p.put(ctx, "complete", []byte("v2"), mp(Condition{IfNoneMatch: true}))
+	if r, err := refused("CompleteMultipartUpload with If-None-Match:* over an existing key", err); r != "" || err != nil {
+		return r, err
+	}
+	_, err = p.put(ctx, "complete", []byte("v3"), mp(Condition{IfMatch: absentETag}))
+	if r, err := refused("CompleteMultipartUpload with a wrong If-Match", err); r != "" || err != nil {
+		return r, err
+	}
+	if r, err := p.unchanged(ctx, "complete", []byte("v1"), "conditional CompleteMultipartUpload"); r != "" || err != nil {
+		return r, err
+	}
+	if _, err := p.put(ctx, "complete", []byte("v4"), mp(Condition{IfMatch: v1.ETag})); errors.Is(err, ErrPrecondition) {
+		return "CompleteMultipartUpload with If-Match of the current ETag was refused", nil
+	} else if err != nil {
+		return "", err
+	}
+	return "", nil
+}
+
+func (p *prober) conditionalDelete(ctx context.Context) (string, error) {
+	v, err := p.put(ctx, "delete", []byte("keep"), PutOptions{})
+	if err != nil {
+		return "", err
+	}
+	err = p.s.Delete(ctx, p.dir+"delete", Condition{IfMatch: absentETag})
+	if errors.Is(err, ErrInvalid) {
+		return "DELETE with If-Match is rejected as invalid: " + err.Error(), nil
+	}
+	if r, err := refused("DELETE with a wrong If-Match", err); err != nil {
+		return "", err
+	} else if r != "" {
+		if _, found, err := p.exists(ctx, "delete"); err != nil {
+			return "", err
+		} else if !found {
+			return "DELETE with a wrong If-Match deleted the object: the backend ignores conditions on DELETE", nil
+		}
+		return r, nil
+	}
+	if r, err := p.unchanged(ctx, "delete", []byte("keep"), "DELETE with a wrong If-Match"); r != "" || err != nil {
+		return r, err
+	}
+	if err := p.s.Delete(ctx, p.dir+"delete", Condition{IfMatch: v.ETag}); errors.Is(err, ErrPrecondition) {
+		return "DELETE with If-Match of the current ETag was refused", nil
+	} else if err != nil {
+		return "", err
+	}
+	if _, found, err := p.exists(ctx, "delete"); err != nil || found {
+		if err != nil {
+			return "", err
+		}
+		return "DELETE with the right If-Match succeeded but the object is still there", nil
+	}
+	return "", nil
+}
+
+func (p *prober) conditionalCopyDest(ctx context.Context) (string, error) {
+	src, err := p.put(ctx, "copy-src", []byte("source"), PutOptions{})
+	if err != nil {
+		return "", err
+	}
+	dst, err := p.put(ctx, "copy-dst", []byte("dest"), PutOptions{})
+	if err != nil {
+		return "", err
+	}
+	_, err = p.s.Copy(ctx, p.dir+"copy-src", src.ETag, p.dir+"copy-dst", PutOptions{Cond: Condition{IfMatch: absentETag}})
+	if r, err := refused("copy onto a key with a wrong If-Match", err); r != "" || err != nil {
+		return r, err
+	}
+	_, err = p.s.Copy(ctx, p.dir+"copy-src", src.ETag, p.dir+"copy-dst", PutOptions{Cond: Condition{IfNoneMatch: true}})
+	if r, err := refused("copy with If-None-Match:* onto an existing key", err); r != "" || err != nil {
+		return r, err
+	}
+	_, err = p.s.Copy(ctx, p.dir+"copy-src", absentETag, p.dir+"copy-dst", PutOptions{Cond: Condition{IfMatch: dst.ETag}})
+	if r, err := refused("copy from a source with a wrong ETag", err); r != "" || err != nil {
+		return r, err
+	}
+	if r, err := p.unchanged(ctx, "copy-dst", []byte("dest"), "conditional copy"); r != "" || err != nil {
+		return r, err
+	}
+	if _, err := p.s.Copy(ctx, p.dir+"copy-src", src.ETag, p.dir+"copy-dst", PutOptions{Cond: Condition{IfMatch: dst.ETag}}); errors.Is(err, ErrPrecondition) {
+		return "copy onto a key with If-Match of its current ETag was refused", nil
+	} else if err != nil {
+		return "", err
+	}
+	body, _, _, err := p.current(ctx, "copy-dst")
+	if err != nil {
+		return "", err
+	}
+	if string(body) != "source" {
+		return "a conditional copy succeeded but the destination does not hold the source", nil
+	}
+	return "", nil
+}
+
+// probeRacers is the number of concurrent creators in the parallel check.
+const probeRacers = 16
+
+func (p *prober) parallelCreate(ctx context.Context) (string, error) {
+	var wg sync.WaitGroup
+	errs := make([]error, probeRacers)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = p.put(ctx, "race", []byte(fmt.Sprintf("writer %d", i)), PutOptions{Cond: Condition{IfNoneMatch: true}})
+		}()
+	}
+	wg.Wait()
+	winner := -1
+	winners := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			winners++
+			winner = i
+		case errors.Is(err, ErrPrecondition), errors.Is(err, ErrConflict):
+		default:
+			return "", err
+		}
+	}
+	if winners != 1 {
+		return fmt.Sprintf("%d of %d concurrent If-None-Match:* creates succeeded", winners, probeRacers), nil
+	}
+	return p.unchanged(ctx, "race", []byte(fmt.Sprintf("writer %d", winner)), "a losing concurrent create")
+}
+
+func (p *prober) strongList(ctx context.Context) (string, error) {
+	listed := func() (map[string]string, error) {
+		m := map[string]string{}
+		err := p.s.List(ctx, p.dir+"list/", "", func(e Entry) error { m[e.Key] = e.ETag; return nil })
+		return m, err
+	}
+	v, err := p.put(ctx, "list/a", []byte("a"), PutOptions{})
+	if err != nil {
+		return "", err
+	}
+	m, err := listed()
+	if err != nil {
+		return "", err
+	}
+	if m[p.dir+"list/a"] != v.ETag {
+		return "a listing right after a PUT did not show it", nil
+	}
+	v2, err := p.put(ctx, "list/a", []byte("b"), PutOptions{})
+	if err != nil {
+		return "", err
+	}
+	if m, err = listed(); err != nil {
+		return "", err
+	}
+	if m[p.dir+"list/a"] != v2.ETag {
+		return "a listing right after an overwrite showed the old version", nil
+	}
+	if err := p.s.Delete(ctx, p.dir+"list/a", Condition{}); err != nil {
+		return "", err
+	}
+	if m, err = listed(); err != nil {
+		return "", err
+	}
+	if _, ok := m[p.dir+"list/a"]; ok {
+		return "a listing right after a DELETE still showed the object", nil
+	}
+	return "", nil
+}
+
+// cleanup removes every scratch key and aborts scratch uploads.
+func (p *prober) cleanup(ctx context.Context) {
+	var keys []string
+	_ = p.s.List(ctx, p.dir, "", func(e Entry) error { keys = append(keys, e.Key); return nil })
+	for _, k := range keys {
+		_ = p.s.Delete(ctx, k, Condition{})
+	}
+	var ups []Upload
+	_ = p.s.ListUploads(ctx, p.dir, func(u Upload) error { ups = append(ups, u); return nil })
+	for _, u := range ups {
+		_ = p.s.AbortUpload(ctx, u.Key, u.UploadID)
+	}
+}

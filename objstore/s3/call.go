@@ -1,0 +1,68 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// Backoff between attempts: exponential from retryBase, capped, jittered.
+const (
+	retryBase = 50 * time.Millisecond
+	retryCap  = 2 * time.Second
+)
+
+// call runs one S3 request with retries. fn makes one attempt and returns
+// nil, a context error or a classified *opError. Retryable failures
+// (ErrUnavailable, ErrConflict) are retried up to s.maxRetries times. For a
+// write, a failed attempt whose outcome is unknown makes any later failure
+// an *objstore.UncertainError (see the package documentation).
+func (s *Store) call(ctx context.Context, op string, write bool, fn func(ctx context.Context) error) error {
+	var uncertain error
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return s.final(err, uncertain, attempt)
+		}
+		start := time.Now()
+		err := fn(ctx)
+		s.m.request(op, err, time.Since(start))
+		if err == nil {
+			return nil
+		}
+		var oe *opError
+		if !errors.As(err, &oe) {
+			// A context error: the call is abandoned.
+			return s.final(err, uncertain, attempt+1)
+		}
+		if write && !oe.certain && uncertain == nil {
+			uncertain = err
+		}
+		if !oe.retryable() || attempt >= s.maxRetries {
+			return s.final(err, uncertain, attempt+1)
+		}
+		s.m.retry(op)
+		d := retryBase << attempt
+		if d > retryCap || d <= 0 {
+			d = retryCap
+		}
+		d = d/2 + rand.N(d/2+1)
+		s.log.Debug("s3: retrying", "op", op, "attempt", attempt+1, "delay", d, "err", err)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return s.final(ctx.Err(), uncertain, attempt+1)
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) final(err, uncertain error, attempts int) error {
+	if uncertain == nil || err == uncertain && attempts <= 1 {
+		return err
+	}
+	return &objstore.UncertainError{Err: err, Cause: uncertain, Attempts: attempts}
+}

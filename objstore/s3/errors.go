@@ -1,0 +1,201 @@
+package s3
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"syscall"
+
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/minio/minio-go/v7"
+)
+
+// opError is a classified failure of one S3 request. It wraps exactly one
+// objstore sentinel.
+type opError struct {
+	sentinel error
+	msg      string
+	// certain: the request was certainly not applied (a refusal, a
+	// connection that was never made, 503). Only uncertain failures of
+	// writes make the outcome ambiguous.
+	certain bool
+	// noRetry forbids retrying an otherwise retryable error.
+	noRetry bool
+	code    string // S3 error code, when there was one
+	status  int
+}
+
+func (e *opError) Error() string { return e.msg + ": " + e.sentinel.Error() }
+func (e *opError) Unwrap() error { return e.sentinel }
+
+func (e *opError) retryable() bool {
+	return !e.noRetry && (e.sentinel == objstore.ErrUnavailable || e.sentinel == objstore.ErrConflict)
+}
+
+// classify turns an error from minio-go or net/http into an *opError (or
+// returns a context error as is). what names the request ("put", "head"),
+// key the object ("" for the bucket).
+func (s *Store) classify(err error, what, key string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var oe *opError
+	if errors.As(err, &oe) {
+		return oe
+	}
+	where := fmt.Sprintf("s3 %s %s/%s", what, s.cfg.Bucket, key)
+	if key == "" {
+		where = fmt.Sprintf("s3 %s %s", what, s.cfg.Bucket)
+	}
+	var er minio.ErrorResponse
+	if errors.As(err, &er) && (er.StatusCode != 0 || er.Code != "") {
+		return s.classifyResponse(er, where)
+	}
+	if what == "hash" || errors.Is(err, errBodyShort) {
+		// Reading the caller's body failed before anything was sent.
+		return &opError{sentinel: objstore.ErrInvalid, msg: fmt.Sprintf("s3 put %s/%s: reading the body: %v", s.cfg.Bucket, key, err), certain: true}
+	}
+	var cve *tls.CertificateVerificationError
+	var uae x509.UnknownAuthorityError
+	var hne x509.HostnameError
+	if errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &hne) {
+		return &opError{sentinel: objstore.ErrUnavailable, certain: true, noRetry: true,
+			msg: fmt.Sprintf("%s: the TLS certificate of %s is not trusted (set the CA file, or AWS_CA_BUNDLE): %v", where, s.endpoint.Redacted(), err)}
+	}
+	// Network-level failures: the request may or may not have reached the
+	// server, unless the connection was never made.
+	certain := false
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) {
+		certain = true
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, new(net.Error)) || certain {
+		return &opError{sentinel: objstore.ErrUnavailable, msg: fmt.Sprintf("%s: cannot reach %s: %v", where, s.endpoint.Redacted(), err), certain: certain}
+	}
+	// Anything else is unknown: treat it as an unknown outcome.
+	return &opError{sentinel: objstore.ErrUnavailable, msg: fmt.Sprintf("%s: %v", where, err)}
+}
+
+func (s *Store) classifyResponse(er minio.ErrorResponse, where string) *opError {
+	detail := er.Code
+	if er.Message != "" {
+		detail += ": " + er.Message
+	}
+	if er.StatusCode != 0 {
+		detail += fmt.Sprintf(" (HTTP %d)", er.StatusCode)
+	}
+	e := &opError{msg: where + ": " + detail, certain: true, code: er.Code, status: er.StatusCode}
+	switch er.Code {
+	case "NoSuchBucket":
+		e.sentinel = objstore.ErrNoBucket
+		e.msg = fmt.Sprintf("%s: bucket %q does not exist at %s", where, s.cfg.Bucket, s.endpoint.Redacted())
+		return e
+	case "NoSuchKey", "NoSuchUpload", "NoSuchVersion":
+		e.sentinel = objstore.ErrNotFound
+		return e
+	case "PreconditionFailed":
+		e.sentinel = objstore.ErrPrecondition
+		return e
+	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+		"InvalidToken", "TokenRefreshRequired", "AllAccessDisabled", "AccountProblem",
+		"InvalidSecurity", "MissingSecurityHeader", "XAdminUserNotFound":
+		e.sentinel = objstore.ErrAuth
+		e.msg = fmt.Sprintf("%s: %s refused the credentials for bucket %q: %s", where, s.endpoint.Redacted(), s.cfg.Bucket, detail)
+		return e
+	case "RequestTimeTooSkewed":
+		e.sentinel = objstore.ErrAuth
+		e.msg = fmt.Sprintf("%s: the local clock differs too much from %s's: %s", where, s.endpoint.Redacted(), detail)
+		return e
+	case "SlowDown", "ServiceUnavailable", "Busy":
+		e.sentinel = objstore.ErrUnavailable
+		return e
+	case "RequestTimeout", "InternalError", "ExpiredRequest":
+		e.sentinel = objstore.ErrUnavailable
+		e.certain = false
+		return e
+	case "ConditionalRequestConflict", "OperationAborted":
+		e.sentinel = objstore.ErrConflict
+		return e
+	case "ExistingObjectIsDirectory", "ObjectParentIsFile", "DirectoryObjectContainsData", "ErrDirectoryNotEmpty":
+		// The Versity gateway's posix backend cannot hold a file and a
+		// directory at one name, nor a body in a "dir/" object.
+		e.sentinel = objstore.ErrInvalid
+		e.msg += " (the backend stores keys as files and directories)"
+		return e
+	case "InvalidRange":
+		e.sentinel = objstore.ErrInvalid
+		return e
+	}
+	switch st := er.StatusCode; {
+	case st == http.StatusNotModified:
+		e.sentinel = objstore.ErrNotModified
+	case st == http.StatusPreconditionFailed:
+		e.sentinel = objstore.ErrPrecondition
+	case st == http.StatusNotFound:
+		e.sentinel = objstore.ErrNotFound
+	case st == http.StatusUnauthorized || st == http.StatusForbidden:
+		e.sentinel = objstore.ErrAuth
+		e.msg = fmt.Sprintf("%s: %s refused the credentials for bucket %q: %s", where, s.endpoint.Redacted(), s.cfg.Bucket, detail)
+	case st == http.StatusConflict:
+		e.sentinel = objstore.ErrConflict
+	case st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests:
+		e.sentinel = objstore.ErrUnavailable
+	case st >= 500:
+		e.sentinel = objstore.ErrUnavailable
+		e.certain = false
+	case st == 0:
+		// minio-go's own argument checks (invalid names, sizes).
+		e.sentinel = objstore.ErrInvalid
+	default:
+		e.sentinel = objstore.ErrInvalid
+	}
+	return e
+}
+
+// outcome is the metrics label of a request's result.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	case errors.Is(err, objstore.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, objstore.ErrPrecondition):
+		return "precondition"
+	case errors.Is(err, objstore.ErrNotModified):
+		return "not_modified"
+	case errors.Is(err, objstore.ErrConflict):
+		return "conflict"
+	case errors.Is(err, objstore.ErrAuth):
+		return "auth"
+	case errors.Is(err, objstore.ErrNoBucket):
+		return "no_bucket"
+	case errors.Is(err, objstore.ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, objstore.ErrInvalid):
+		return "invalid"
+	}
+	return "other"
+}
+
+// asPrecondition maps ErrNotFound (NoSuchKey) answering a write with
+// If-Match to ErrPrecondition, as the gateway answers If-Match on a missing
+// key with 404.
+func asPrecondition(err error, cond objstore.Condition) error {
+	var oe *opError
+	if cond.IfMatch != "" && errors.As(err, &oe) && oe.sentinel == objstore.ErrNotFound && oe.code != "NoSuchUpload" {
+		return &opError{sentinel: objstore.ErrPrecondition, msg: oe.msg + " (If-Match on a missing key)", certain: true, code: oe.code, status: oe.status}
+	}
+	return err
+}

@@ -1,0 +1,91 @@
+package s3
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the package's Prometheus collectors; a nil *metrics records
+// nothing. Labels are low-cardinality: op is the S3 request kind
+// (check_bucket, head, get, put, create_multipart, upload_part, upload_part_copy,
+// complete, abort, delete, list, list_uploads, make_bucket),
+// outcome one of ok, not_found, precondition, not_modified, conflict,
+// auth, no_bucket, unavailable, invalid, canceled, other.
+type metrics struct {
+	requests *prometheus.CounterVec   // fencefs_s3_requests_total{op,outcome}
+	latency  *prometheus.HistogramVec // fencefs_s3_request_duration_seconds{op}
+	retries  *prometheus.CounterVec   // fencefs_s3_retries_total{op}
+	bytes    *prometheus.CounterVec   // fencefs_s3_bytes_total{direction="up"|"down"}
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		return nil
+	}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencefs_s3_requests_total",
+			Help: "S3 requests (attempts) by request kind and outcome.",
+		}, []string{"op", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fencefs_s3_request_duration_seconds",
+			Help:    "Latency of S3 requests (to response headers for reads) by request kind.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"op"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencefs_s3_retries_total",
+			Help: "S3 requests retried after a retryable failure, by request kind.",
+		}, []string{"op"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencefs_s3_bytes_total",
+			Help: "Object bytes sent (up) and received (down).",
+		}, []string{"direction"}),
+	}
+	m.requests = register(reg, m.requests)
+	m.latency = register(reg, m.latency)
+	m.retries = register(reg, m.retries)
+	m.bytes = register(reg, m.bytes)
+	return m
+}
+
+// register registers c, or returns the identical collector already
+// registered (several stores may share a Registerer).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
+}
+
+func (m *metrics) request(op string, err error, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(op, outcome(err)).Inc()
+	m.latency.WithLabelValues(op).Observe(d.Seconds())
+}
+
+func (m *metrics) retry(op string) {
+	if m != nil {
+		m.retries.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *metrics) up(n int64) {
+	if m != nil && n > 0 {
+		m.bytes.WithLabelValues("up").Add(float64(n))
+	}
+}
+
+func (m *metrics) down(n int64) {
+	if m != nil && n > 0 {
+		m.bytes.WithLabelValues("down").Add(float64(n))
+	}
+}

@@ -1,0 +1,244 @@
+package s3
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
+	"github.com/minio/minio-go/v7/pkg/signer"
+)
+
+// emptySHA256 is the hex SHA-256 of an empty body.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// raw sends one signed request without a body for the requests minio-go
+// cannot shape (DELETE with If-Match, ListObjectsV2 with a context). It
+// returns the response of a 2xx answer (the caller closes its body), or a
+// classified error.
+func (s *Store) raw(ctx context.Context, method, key string, query url.Values, hdr http.Header) (*http.Response, error) {
+	u := *s.endpoint
+	switch {
+	case (s.cfg.PathStyle || !s3utils.IsAmazonEndpoint(*s.endpoint)) && key == "":
+		u.Path = "/" + s.cfg.Bucket
+	case s.cfg.PathStyle || !s3utils.IsAmazonEndpoint(*s.endpoint):
+		u.Path = "/" + s.cfg.Bucket + "/" + key
+		u.RawPath = "/" + s.cfg.Bucket + "/" + s3utils.EncodePath(key)
+	default:
+		u.Host = s.cfg.Bucket + "." + u.Host
+		u.Path = "/" + key
+		u.RawPath = "/" + s3utils.EncodePath(key)
+	}
+	if len(query) > 0 {
+		u.RawQuery = s3utils.QueryEncode(query)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return nil, &opError{sentinel: objstore.ErrInvalid, msg: fmt.Sprintf("s3 %s %s: %v", method, key, err), certain: true}
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
+	v, err := s.creds.GetWithContext(&credentials.CredContext{Client: s.http, Context: ctx})
+	if err != nil {
+		return nil, &opError{sentinel: objstore.ErrAuth, msg: fmt.Sprintf("s3 %s %s: no credentials: %v", method, key, err), certain: true}
+	}
+	if v.AccessKeyID != "" {
+		req = signer.SignV4(*req, v.AccessKeyID, v.SecretAccessKey, v.SessionToken, s.cfg.Region)
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return nil, s.classify(err, strings.ToLower(method), key)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	er := minio.ErrorResponse{}
+	if len(body) > 0 {
+		_ = xml.Unmarshal(body, &er)
+	}
+	er.StatusCode = resp.StatusCode
+	if er.Code == "" {
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			er.Code = "NoSuchKey"
+		case http.StatusPreconditionFailed:
+			er.Code = "PreconditionFailed"
+		}
+	}
+	return nil, s.classifyResponse(er, fmt.Sprintf("s3 %s %s/%s", strings.ToLower(method), s.cfg.Bucket, key))
+}
+
+// Delete implements objstore.Store with a signed DELETE carrying If-Match.
+// Without a condition a missing key is not an error. With If-Match, a
+// missing key succeeds on the Versity gateway (nothing to delete); a server
+// answering 404 or 412 instead gives ErrPrecondition. If-Match of another
+// ETag is ErrPrecondition; If-None-Match is ErrInvalid. A backend that
+// ignores If-Match on DELETE deletes anyway (objstore.Probe detects it).
+func (s *Store) Delete(ctx context.Context, key string, cond objstore.Condition) error {
+	if err := objstore.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := objstore.ValidateCond(cond); err != nil {
+		return err
+	}
+	if cond.IfNoneMatch {
+		return fmt.Errorf("delete %q: If-None-Match is meaningless on DELETE: %w", key, objstore.ErrInvalid)
+	}
+	hdr := http.Header{}
+	if cond.IfMatch != "" {
+		hdr.Set("If-Match", `"`+objstore.NormalizeETag(cond.IfMatch)+`"`)
+	}
+	return s.call(ctx, "delete", true, func(ctx context.Context) error {
+		resp, err := s.raw(ctx, http.MethodDelete, key, nil, hdr)
+		if err != nil {
+			if cond.IfMatch == "" && errors.Is(err, objstore.ErrNotFound) {
+				return nil
+			}
+			return asPrecondition(err, cond)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return nil
+	})
+}
+
+// listV2Result is the ListObjectsV2 response.
+type listV2Result struct {
+	IsTruncated           bool
+	NextContinuationToken string
+	EncodingType          string
+	Contents              []struct {
+		Key          string
+		Size         int64
+		ETag         string
+		LastModified string
+	}
+	CommonPrefixes []struct{ Prefix string }
+}
+
+// List implements objstore.Store with ListObjectsV2 (URL-encoded keys),
+// merging each page's objects and common prefixes into lexical order.
+func (s *Store) List(ctx context.Context, prefix, delim string, fn func(objstore.Entry) error) error {
+	token := ""
+	for {
+		q := url.Values{}
+		q.Set("list-type", "2")
+		q.Set("encoding-type", "url")
+		q.Set("max-keys", strconv.Itoa(s.cfg.ListPageSize))
+		q.Set("prefix", prefix)
+		if delim != "" {
+			q.Set("delimiter", delim)
+		}
+		if token != "" {
+			q.Set("continuation-token", token)
+		}
+		var page listV2Result
+		err := s.call(ctx, "list", false, func(ctx context.Context) error {
+			resp, err := s.raw(ctx, http.MethodGet, "", q, nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			page = listV2Result{}
+			if err := xml.NewDecoder(resp.Body).Decode(&page); err != nil {
+				return s.classify(fmt.Errorf("decoding the listing: %w", err), "list", prefix)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		dec := func(k string) (string, error) {
+			if page.EncodingType != "url" {
+				return k, nil
+			}
+			d, err := url.QueryUnescape(k)
+			if err != nil {
+				return "", &opError{sentinel: objstore.ErrUnavailable, msg: fmt.Sprintf("s3 list %s: bad key encoding %q", prefix, k)}
+			}
+			return d, nil
+		}
+		entries := make([]objstore.Entry, 0, len(page.Contents)+len(page.CommonPrefixes))
+		for _, c := range page.Contents {
+			k, err := dec(c.Key)
+			if err != nil {
+				return err
+			}
+			e := objstore.Entry{Key: k, Size: c.Size, ETag: objstore.NormalizeETag(c.ETag)}
+			e.LastModified, _ = parseISOTime(c.LastModified)
+			entries = append(entries, e)
+		}
+		for _, p := range page.CommonPrefixes {
+			k, err := dec(p.Prefix)
+			if err != nil {
+				return err
+			}
+			entries = append(entries, objstore.Entry{Key: k, IsPrefix: true})
+		}
+		sort.SliceStable(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
+		for _, e := range entries {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if !page.IsTruncated {
+			return nil
+		}
+		if page.NextContinuationToken == "" {
+			return &opError{sentinel: objstore.ErrUnavailable, msg: fmt.Sprintf("s3 list %s: truncated listing without a continuation token", prefix)}
+		}
+		token = page.NextContinuationToken
+	}
+}
+
+// ListUploads implements objstore.Store with ListMultipartUploads.
+func (s *Store) ListUploads(ctx context.Context, prefix string, fn func(objstore.Upload) error) error {
+	keyMarker, idMarker := "", ""
+	for {
+		var res minio.ListMultipartUploadsResult
+		err := s.call(ctx, "list_uploads", false, func(ctx context.Context) error {
+			var err error
+			res, err = s.core.ListMultipartUploads(ctx, s.cfg.Bucket, prefix, keyMarker, idMarker, "", 1000)
+			return s.classify(err, "list uploads", prefix)
+		})
+		if err != nil {
+			return err
+		}
+		for _, u := range res.Uploads {
+			if err := fn(objstore.Upload{Key: u.Key, UploadID: u.UploadID, Initiated: u.Initiated}); err != nil {
+				return err
+			}
+		}
+		if !res.IsTruncated {
+			return nil
+		}
+		if res.NextKeyMarker == keyMarker && res.NextUploadIDMarker == idMarker {
+			return &opError{sentinel: objstore.ErrUnavailable, msg: fmt.Sprintf("s3 list uploads %s: truncated listing does not advance", prefix)}
+		}
+		keyMarker, idMarker = res.NextKeyMarker, res.NextUploadIDMarker
+	}
+}
+
+// AbortUpload implements objstore.Store. An unknown upload is ErrNotFound.
+func (s *Store) AbortUpload(ctx context.Context, key, uploadID string) error {
+	return s.call(ctx, "abort", true, func(ctx context.Context) error {
+		return s.classify(s.core.AbortMultipartUpload(ctx, s.cfg.Bucket, key, uploadID), "abort upload", key)
+	})
+}

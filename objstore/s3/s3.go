@@ -1,0 +1,340 @@
+// Package s3 is the objstore.Store of a real S3-compatible bucket, on
+// minio-go (the only package of fencefs that imports it).
+//
+// # Requests
+//
+//   - Stat is a HEAD; Get a GET with Range, If-Match and If-None-Match. A
+//     body that breaks mid-read is resumed with a ranged GET pinned to the
+//     first response's ETag, so a read never mixes two versions: if the
+//     object changed, the read fails with ErrPrecondition.
+//   - Put is one PutObject (ShapePlain, or ShapeAuto up to
+//     MultipartThreshold) or a parallel multipart upload; the condition goes
+//     on the PutObject or on CompleteMultipartUpload. A failed Complete's
+//     upload is aborted.
+//   - Every PutObject and UploadPart is sent with its SHA-256 in the signed
+//     x-amz-content-sha256 header and a Content-MD5: never UNSIGNED-PAYLOAD
+//     and never a streaming (aws-chunked) body, so a client dying mid-body
+//     can never publish a truncated object (the pinned Versity gateway
+//     publishes truncated UNSIGNED-PAYLOAD bodies, even on conditional
+//     PUTs). The body is therefore read twice: once to hash, once to send.
+//   - Copy never uses CopyObject, whose destination conditions MinIO and the
+//     Versity gateway ignore. A multipart-shaped copy is CreateMultipartUpload
+//   - UploadPartCopy (x-amz-copy-source-if-match: srcETag on every part) +
+//     CompleteMultipartUpload carrying the destination condition. A
+//     plain-shaped copy (ShapePlain, or ShapeAuto up to the threshold) is a
+//     GET pinned to srcETag (spooled in memory up to 32 MiB, else in a
+//     temporary file) + a conditional PutObject. So Copy's ETag is exactly
+//     the one Put of the same bytes with the same shape gives; see
+//     objstore.Sizing.Layout.
+//   - Delete is a signed DELETE sent by this package (minio-go cannot put
+//     If-Match on RemoveObject). List is ListObjectsV2, page by page, with
+//     common prefixes merged into lexical order.
+//
+// # Errors and retries
+//
+// Every S3 error is classified once into an objstore sentinel (see the
+// objstore package doc). If-Match answered by NoSuchKey on a write becomes
+// ErrPrecondition. minio-go's own retries are disabled: this package retries
+// ErrUnavailable (network errors, timeouts, 5xx, SlowDown) and ErrConflict
+// (409) itself, MaxRetries times with jittered exponential backoff, so it
+// knows when an attempt's outcome was unknown. A write that was retried
+// after such an attempt and still failed returns an *objstore.UncertainError
+// (objstore.MaybeApplied reports true): typically ErrPrecondition, because
+// the retry met the write's own result. That ambiguity is left to the caller
+// (the fencing layer resolves it by write id); it is never turned into a
+// silent success or failure here. A Complete retried after such an attempt
+// is confirmed with a HEAD (the key must hold the upload's ETag), because
+// the gateway acknowledges a repeated Complete whenever the upload is gone
+// and the key exists, or while another Complete of it is still running;
+// unconfirmed, or finding the upload gone, it is ErrUnavailable, uncertain.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use; it holds no mutable state but the HTTP
+// connection pool and metrics.
+package s3
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Store. Endpoint and Bucket are required.
+type Config struct {
+	// Endpoint is the server's URL, "http://host:port" or "https://host";
+	// a bare "host[:port]" means https.
+	Endpoint string
+	Bucket   string
+	// Region to sign requests for; empty means "us-east-1".
+	Region string
+	// AccessKey, SecretKey and SessionToken are static credentials. With an
+	// empty AccessKey they come from the environment (AWS_ACCESS_KEY_ID,
+	// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; then MINIO_ROOT_USER /
+	// MINIO_ROOT_PASSWORD, MINIO_ACCESS_KEY / MINIO_SECRET_KEY), then from
+	// the shared credentials file (~/.aws/credentials, AWS_PROFILE).
+	AccessKey, SecretKey, SessionToken string
+	// CAFile is a PEM bundle of CAs trusted in addition to the system's
+	// (a private CA). Empty means $AWS_CA_BUNDLE when set.
+	CAFile string
+	// InsecureSkipVerify disables TLS certificate verification (testing
+	// only).
+	InsecureSkipVerify bool
+	// PathStyle forces path-style addressing (http://host/bucket/key), which
+	// MinIO, the Versity gateway and most non-AWS servers need. When false,
+	// virtual-host style is used for AWS endpoints and path style elsewhere.
+	PathStyle bool
+	// MultipartThreshold: ShapeAuto objects up to this size are one
+	// PutObject; 0 means objstore.DefaultMultipartThreshold (16 MiB).
+	MultipartThreshold int64
+	// PartSize of multipart uploads; 0 means objstore.DefaultPartSize
+	// (8 MiB); raised to objstore.MinPartSize (5 MiB).
+	PartSize int64
+	// Concurrency is the number of parts in flight per upload or copy; 0
+	// means 4.
+	Concurrency int
+	// MaxRetries is the number of retries after a first failed attempt of a
+	// request (for ErrUnavailable and ErrConflict); 0 means 3, negative
+	// means none.
+	MaxRetries int
+	// ResponseTimeout bounds the wait for a response's headers once a
+	// request is sent (a stalled server); 0 means 2 minutes.
+	ResponseTimeout time.Duration
+	// ListPageSize is the max-keys of each List request; 0 means 1000.
+	ListPageSize int
+	// Logger receives retries and cleanup failures; nil means none.
+	Logger *slog.Logger
+	// Registerer receives the metrics; nil means none. Several stores may
+	// share one Registerer (the collectors are shared).
+	Registerer prometheus.Registerer
+}
+
+// Store is the S3 implementation of objstore.Store. Create it with New.
+type Store struct {
+	// Constant after New.
+	cfg        Config
+	endpoint   *url.URL
+	secure     bool
+	core       *minio.Core
+	creds      *credentials.Credentials
+	http       *http.Client
+	sizing     objstore.Sizing
+	maxRetries int
+	log        *slog.Logger
+	m          *metrics
+}
+
+var _ objstore.Store = (*Store)(nil)
+var _ objstore.Sizer = (*Store)(nil)
+
+// New connects to cfg.Endpoint and checks that cfg.Bucket exists and is
+// accessible. Errors wrap objstore.ErrNoBucket (the bucket does not exist),
+// objstore.ErrAuth (credentials refused), objstore.ErrUnavailable (the
+// server cannot be reached) or objstore.ErrInvalid (a bad configuration),
+// with a message naming the endpoint and bucket.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	s, err := newStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// A one-key listing rather than HEAD bucket: a HEAD's error has no
+	// body, and the gateway answers an unknown access key with a bare 404
+	// that would read as a missing bucket.
+	err = s.call(ctx, "check_bucket", false, func(ctx context.Context) error {
+		q := url.Values{"list-type": {"2"}, "max-keys": {"1"}}
+		resp, err := s.raw(ctx, http.MethodGet, "", q, nil)
+		if err != nil {
+			var oe *opError
+			if errors.As(err, &oe) && oe.sentinel == objstore.ErrNotFound {
+				return s.bucketMissing()
+			}
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("s3 store %s, bucket %q: %w", s.endpoint.Redacted(), cfg.Bucket, err)
+	}
+	return s, nil
+}
+
+// MakeBucket creates cfg.Bucket (in cfg.Region). A bucket that already
+// exists and is owned by the caller is not an error. Used by demos and
+// tests.
+func MakeBucket(ctx context.Context, cfg Config) error {
+	s, err := newStore(cfg)
+	if err != nil {
+		return err
+	}
+	return s.call(ctx, "make_bucket", false, func(ctx context.Context) error {
+		err := s.core.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{Region: s.cfg.Region})
+		if err == nil {
+			return nil
+		}
+		if minio.ToErrorResponse(err).Code == "BucketAlreadyOwnedByYou" {
+			return nil
+		}
+		return s.classify(err, "make bucket", "")
+	})
+}
+
+// Sizing reports how the store splits uploads (see objstore.Sizing).
+func (s *Store) Sizing() objstore.Sizing { return s.sizing }
+
+// Bucket returns the bucket's name.
+func (s *Store) Bucket() string { return s.cfg.Bucket }
+
+// Endpoint returns the server's URL.
+func (s *Store) Endpoint() string { return s.endpoint.Redacted() }
+
+func newStore(cfg Config) (*Store, error) {
+	if cfg.Bucket == "" {
+		return nil, fmt.Errorf("%w: no bucket configured", objstore.ErrInvalid)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.ResponseTimeout <= 0 {
+		cfg.ResponseTimeout = 2 * time.Minute
+	}
+	if cfg.ListPageSize <= 0 || cfg.ListPageSize > 1000 {
+		cfg.ListPageSize = 1000
+	}
+	s := &Store{cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		s.maxRetries = 3
+	case cfg.MaxRetries < 0:
+		s.maxRetries = 0
+	default:
+		s.maxRetries = cfg.MaxRetries
+	}
+	s.sizing = objstore.Sizing{MultipartThreshold: cfg.MultipartThreshold, PartSize: cfg.PartSize}.Normalize()
+
+	raw := cfg.Endpoint
+	if raw == "" {
+		return nil, fmt.Errorf("%w: no endpoint configured", objstore.ErrInvalid)
+	}
+	if !strings.Contains(raw, "://") {
+		raw = "https://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("%w: endpoint %q: want http://host[:port] or https://host[:port]", objstore.ErrInvalid, cfg.Endpoint)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("%w: endpoint %q must not have a path", objstore.ErrInvalid, cfg.Endpoint)
+	}
+	s.endpoint = &url.URL{Scheme: u.Scheme, Host: u.Host}
+	s.secure = u.Scheme == "https"
+
+	tr, err := transport(cfg, s.secure)
+	if err != nil {
+		return nil, err
+	}
+	s.http = &http.Client{Transport: tr}
+
+	if cfg.AccessKey != "" {
+		s.creds = credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken)
+	} else {
+		s.creds = credentials.NewChainCredentials([]credentials.Provider{
+			&credentials.EnvAWS{}, &credentials.EnvMinio{}, &credentials.FileAWSCredentials{},
+		})
+	}
+	lookup := minio.BucketLookupAuto
+	if cfg.PathStyle {
+		lookup = minio.BucketLookupPath
+	}
+	core, err := minio.NewCore(u.Host, &minio.Options{
+		Creds:        s.creds,
+		Secure:       s.secure,
+		Transport:    tr,
+		Region:       cfg.Region,
+		BucketLookup: lookup,
+		// One attempt per call: this package retries, so that it knows
+		// when a write's outcome became uncertain.
+		MaxRetries: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: endpoint %q: %v", objstore.ErrInvalid, cfg.Endpoint, err)
+	}
+	s.core = core
+	s.m = newMetrics(cfg.Registerer)
+	return s, nil
+}
+
+// transport builds the HTTP transport: the CA bundle, TLS settings and
+// timeouts.
+func transport(cfg Config, secure bool) (*http.Transport, error) {
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 5 * time.Second,
+		ResponseHeaderTimeout: cfg.ResponseTimeout,
+		// S3 bodies are already compressed or opaque; asking for gzip
+		// would make Content-Length unreliable.
+		DisableCompression: true,
+	}
+	if !secure {
+		return tr, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // opt-in for tests
+	caFile, from := cfg.CAFile, "CAFile"
+	if caFile == "" {
+		caFile, from = os.Getenv("AWS_CA_BUNDLE"), "AWS_CA_BUNDLE"
+	}
+	if caFile != "" {
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", objstore.ErrInvalid, from, err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: %s=%s holds no PEM certificate", objstore.ErrInvalid, from, caFile)
+		}
+		tc.RootCAs = pool
+	}
+	tr.TLSClientConfig = tc
+	return tr, nil
+}
+
+func (s *Store) bucketMissing() error {
+	return &opError{sentinel: objstore.ErrNoBucket, msg: fmt.Sprintf("bucket %q does not exist at %s (create it first)", s.cfg.Bucket, s.endpoint.Redacted()), certain: true}
+}
+
+// errBodyShort reports a Put body shorter than its declared size.
+var errBodyShort = errors.New("body shorter than the declared size")

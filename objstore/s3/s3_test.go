@@ -1,0 +1,339 @@
+package s3_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencefs/fencefs/integration/gateway"
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/fencefs/fencefs/objstore/s3"
+	"github.com/fencefs/fencefs/objstore/storetest"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// config returns a Config for a fresh bucket on gw, with a small multipart
+// threshold so that the conformance suite's multipart cases stay small.
+func config(t *testing.T, gw *gateway.Gateway) s3.Config {
+	return s3.Config{
+		Endpoint:           gw.Endpoint,
+		Bucket:             gateway.NewBucket(t, gw),
+		Region:             gw.Region,
+		AccessKey:          gw.AccessKey,
+		SecretKey:          gw.SecretKey,
+		PathStyle:          true,
+		MultipartThreshold: 1 << 20,
+		PartSize:           objstore.MinPartSize,
+	}
+}
+
+func newStore(t *testing.T, cfg s3.Config) *s3.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := s3.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("s3.New: %v", err)
+	}
+	return s
+}
+
+func TestConformanceAgainstGateway(t *testing.T) {
+	gw := gateway.ForTest(t)
+	storetest.Run(t, func(t *testing.T) objstore.Store { return newStore(t, config(t, gw)) })
+}
+
+func TestProbeAgainstGateway(t *testing.T) {
+	gw := gateway.ForTest(t)
+	s := newStore(t, config(t, gw))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	caps := objstore.Probe(ctx, s, "")
+	for _, c := range caps.Checks() {
+		t.Logf("%-28s ok=%v %s", c.Name, c.OK, c.Reason)
+		if !c.OK {
+			t.Errorf("the pinned gateway must pass %s: %s", c.Name, c.Reason)
+		}
+	}
+	if err := caps.StrictOK(); err != nil {
+		t.Errorf("StrictOK: %v", err)
+	}
+	if caps.NeedsTombstoneDeletes() {
+		t.Error("the gateway honours If-Match on DELETE")
+	}
+}
+
+func TestNewReportsConfigurationErrors(t *testing.T) {
+	gw := gateway.ForTest(t)
+	good := config(t, gw)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	for _, tc := range []struct {
+		name    string
+		mutate  func(c *s3.Config)
+		want    error
+		mention string
+	}{
+		{"missing bucket", func(c *s3.Config) { c.Bucket = "no-such-bucket" }, objstore.ErrNoBucket, "no-such-bucket"},
+		{"wrong secret", func(c *s3.Config) { c.SecretKey = "wrong" }, objstore.ErrAuth, good.Bucket},
+		{"unknown access key", func(c *s3.Config) { c.AccessKey = "NOSUCHKEY" }, objstore.ErrAuth, gw.Endpoint},
+		{"nothing listening", func(c *s3.Config) { c.Endpoint = "http://" + deadAddr; c.MaxRetries = -1 }, objstore.ErrUnavailable, deadAddr},
+		{"no bucket configured", func(c *s3.Config) { c.Bucket = "" }, objstore.ErrInvalid, "bucket"},
+		{"bad endpoint", func(c *s3.Config) { c.Endpoint = "ftp://x" }, objstore.ErrInvalid, "ftp://x"},
+		{"missing CA file", func(c *s3.Config) { c.Endpoint = "https://127.0.0.1:1"; c.CAFile = "/nonexistent/ca.pem" }, objstore.ErrInvalid, "/nonexistent/ca.pem"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := good
+			tc.mutate(&cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := s3.New(ctx, cfg)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.mention) {
+				t.Fatalf("error %q does not mention %q", err, tc.mention)
+			}
+		})
+	}
+}
+
+func TestEnvironmentCredentials(t *testing.T) {
+	gw := gateway.ForTest(t)
+	cfg := config(t, gw)
+	t.Setenv("AWS_ACCESS_KEY_ID", cfg.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", cfg.SecretKey)
+	cfg.AccessKey, cfg.SecretKey = "", ""
+	s := newStore(t, cfg)
+	ctx := context.Background()
+	storetest.MustPut(t, ctx, s, "k", []byte("x"), objstore.PutOptions{})
+	if err := s.Delete(ctx, "k", objstore.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMakeBucket(t *testing.T) {
+	gw := gateway.ForTest(t)
+	cfg := config(t, gw)
+	cfg.Bucket = "made-by-objstore"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := s3.New(ctx, cfg); !errors.Is(err, objstore.ErrNoBucket) {
+		t.Fatalf("before MakeBucket: %v", err)
+	}
+	if err := s3.MakeBucket(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := s3.MakeBucket(ctx, cfg); err != nil {
+		t.Fatalf("MakeBucket of an existing bucket: %v", err)
+	}
+	newStore(t, cfg)
+}
+
+func TestListPagination(t *testing.T) {
+	gw := gateway.ForTest(t)
+	cfg := config(t, gw)
+	cfg.ListPageSize = 3
+	s := newStore(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var want []string
+	for i := 0; i < 10; i++ {
+		for _, k := range []string{fmt.Sprintf("d%02d/x", i), fmt.Sprintf("f%02d", i)} {
+			storetest.MustPut(t, ctx, s, k, nil, objstore.PutOptions{})
+		}
+		want = append(want, fmt.Sprintf("d%02d/", i))
+	}
+	for i := 0; i < 10; i++ {
+		want = append(want, fmt.Sprintf("f%02d", i))
+	}
+	var got []string
+	if err := s.List(ctx, "", "/", func(e objstore.Entry) error { got = append(got, e.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("got %v\nwant %v", got, want)
+	}
+	got = nil
+	if err := s.List(ctx, "", "", func(e objstore.Entry) error { got = append(got, e.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 20 {
+		t.Fatalf("recursive listing: %d keys", len(got))
+	}
+}
+
+func TestKeysThatNeedEscaping(t *testing.T) {
+	gw := gateway.ForTest(t)
+	s := newStore(t, config(t, gw))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	keys := []string{"dir with space/a+b=c&d", "ünïcödé/ファイル", "percent%20literal", "q?x#y", "tilde~star*"}
+	for _, k := range keys {
+		info := storetest.MustPut(t, ctx, s, k, []byte(k), objstore.PutOptions{})
+		got, _ := storetest.ReadAll(t, ctx, s, k, objstore.GetOptions{})
+		if string(got) != k {
+			t.Fatalf("%q: read %q", k, got)
+		}
+		if _, err := s.Copy(ctx, k, info.ETag, k+".copy", objstore.PutOptions{Shape: objstore.ShapeMultipart, Cond: objstore.Condition{IfNoneMatch: true}}); err != nil {
+			t.Fatalf("copy %q: %v", k, err)
+		}
+	}
+	var listed []string
+	if err := s.List(ctx, "", "", func(e objstore.Entry) error { listed = append(listed, e.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 2*len(keys) {
+		t.Fatalf("listed %q", listed)
+	}
+	for _, k := range keys {
+		if err := s.Delete(ctx, k, objstore.Condition{IfMatch: storetest.Predict(t, s, []byte(k), objstore.ShapePlain, 0)}); err != nil {
+			t.Fatalf("conditional delete %q: %v", k, err)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	gw := gateway.ForTest(t)
+	cfg := config(t, gw)
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	s := newStore(t, cfg)
+	newStore(t, cfg) // a second store on the same registry shares the collectors
+	ctx := context.Background()
+	storetest.MustPut(t, ctx, s, "k", []byte("12345"), objstore.PutOptions{})
+	_, err := s.Put(ctx, "k", bytes.NewReader([]byte("x")), 1, objstore.PutOptions{Cond: objstore.Condition{IfNoneMatch: true}})
+	if !errors.Is(err, objstore.ErrPrecondition) {
+		t.Fatal(err)
+	}
+	storetest.ReadAll(t, ctx, s, "k", objstore.GetOptions{})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"fencefs_s3_requests_total", "fencefs_s3_request_duration_seconds", "fencefs_s3_bytes_total"} {
+		if !names[n] {
+			t.Errorf("metric %s missing", n)
+		}
+	}
+	if got := value(t, reg, "fencefs_s3_bytes_total", map[string]string{"direction": "up"}); got != 5 {
+		t.Errorf("bytes up = %v", got)
+	}
+	if got := value(t, reg, "fencefs_s3_bytes_total", map[string]string{"direction": "down"}); got != 5 {
+		t.Errorf("bytes down = %v", got)
+	}
+	if got := value(t, reg, "fencefs_s3_requests_total", map[string]string{"op": "put", "outcome": "precondition"}); got != 1 {
+		t.Errorf("put/precondition = %v", got)
+	}
+	if got := value(t, reg, "fencefs_s3_requests_total", map[string]string{"op": "put", "outcome": "ok"}); got != 1 {
+		t.Errorf("put/ok = %v", got)
+	}
+}
+
+// value returns the value of the counter series of name with labels.
+func value(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+// TestConcurrentConditionalOpsOnTheGateway records whether the gateway ever
+// answers 409 to concurrent conditional operations on one key (it is
+// retried, then reported as ErrConflict) and checks the outcome is exact.
+func TestConcurrentConditionalDeletes(t *testing.T) {
+	gw := gateway.ForTest(t)
+	s := newStore(t, config(t, gw))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info := storetest.MustPut(t, ctx, s, "k", []byte("x"), objstore.PutOptions{})
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Delete(ctx, "k", objstore.Condition{IfMatch: info.ETag})
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrConflict):
+		default:
+			t.Fatalf("unexpected error %v", err)
+		}
+	}
+	if ok < 1 {
+		t.Fatalf("no delete succeeded: %v", errs)
+	}
+	if _, err := s.Stat(ctx, "k"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("after deletes: %v", err)
+	}
+}
+
+func TestCAFileAndAWSCABundle(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.pem")
+	if err := os.WriteFile(bad, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Setenv("AWS_CA_BUNDLE", bad)
+	_, err := s3.New(ctx, s3.Config{Endpoint: "https://127.0.0.1:1", Bucket: "b", AccessKey: "a", SecretKey: "s"})
+	if !errors.Is(err, objstore.ErrInvalid) || !strings.Contains(err.Error(), "AWS_CA_BUNDLE") {
+		t.Fatalf("a bad AWS_CA_BUNDLE: %v", err)
+	}
+	// The system bundle, as some environments set AWS_CA_BUNDLE, is
+	// accepted (the endpoint then simply is unreachable).
+	for _, sys := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"} {
+		if _, err := os.Stat(sys); err != nil {
+			continue
+		}
+		t.Setenv("AWS_CA_BUNDLE", sys)
+		_, err := s3.New(ctx, s3.Config{Endpoint: "https://127.0.0.1:1", Bucket: "b", AccessKey: "a", SecretKey: "s", MaxRetries: -1})
+		if !errors.Is(err, objstore.ErrUnavailable) {
+			t.Fatalf("AWS_CA_BUNDLE=%s: %v", sys, err)
+		}
+	}
+}
