@@ -41,6 +41,13 @@ type S3 struct {
 	CredentialsFile string
 	CAFile          string
 	PathStyle       bool
+	// Timeout bounds the wait for one request's response (then it is
+	// retried); also the bound of one fencing validation round.
+	Timeout time.Duration
+	// Concurrency is the number of multipart parts in flight per upload.
+	Concurrency int
+	// PartSizeMiB is the multipart part size in MiB.
+	PartSizeMiB int
 	// CredentialsSource says where the credentials came from ("env",
 	// "config file", "credentials file <path> [profile]", or "" for none);
 	// for messages, never the credentials themselves.
@@ -248,6 +255,15 @@ func (c *Config) Validate(requireMount bool) error {
 	}
 	if c.Fence.Token != "" && c.Fence.TokenFile != "" {
 		return keyErr("fence.token", "set together with fence.token_file (accepted: one token source)")
+	}
+	if c.S3.Timeout <= 0 {
+		return keyErr("s3.timeout", "%v is not positive (accepted: a duration such as 30s)", c.S3.Timeout)
+	}
+	if c.S3.Concurrency < 1 || c.S3.Concurrency > 64 {
+		return keyErr("s3.concurrency", "%d is out of range (accepted: 1 to 64)", c.S3.Concurrency)
+	}
+	if c.S3.PartSizeMiB < 5 || c.S3.PartSizeMiB > 5120 {
+		return keyErr("s3.part_size_mib", "%d is out of range (accepted: 5 to 5120)", c.S3.PartSizeMiB)
 	}
 	if c.Fence.SignedRequestValidity <= 0 {
 		return keyErr("fence.signed_request_validity", "%v is not positive (accepted: a duration such as 15m)", c.Fence.SignedRequestValidity)

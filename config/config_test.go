@@ -172,6 +172,11 @@ func TestLoadErrorsNameTheKeyAndAcceptedValues(t *testing.T) {
 		{"read-only with token", invocation{args: []string{"--token", "3", "--read-only"}}, []string{"mount.read_only", "token"}},
 		{"bad signed request validity", invocation{args: []string{"--signed-request-validity", "soon"}}, []string{"fence.signed_request_validity", "duration"}},
 		{"zero signed request validity", invocation{args: []string{"--signed-request-validity", "0s"}}, []string{"fence.signed_request_validity", "not positive"}},
+		{"bad s3 timeout", invocation{args: []string{"--s3-timeout", "fast"}}, []string{"s3.timeout", "duration"}},
+		{"zero s3 timeout", invocation{args: []string{"--s3-timeout", "0s"}}, []string{"s3.timeout", "not positive"}},
+		{"concurrency not a number", invocation{args: []string{"--s3-concurrency", "many"}}, []string{"s3.concurrency", "not a number"}},
+		{"concurrency out of range", invocation{args: []string{"--s3-concurrency", "0"}}, []string{"s3.concurrency", "1 to 64"}},
+		{"part size too small", invocation{args: []string{"--part-size-mib", "4"}}, []string{"s3.part_size_mib", "5 to 5120"}},
 		{"negative refresh interval", invocation{args: []string{"--refresh-interval", "-5s"}}, []string{"fence.refresh_interval", "negative"}},
 		{"bad duration", invocation{args: []string{"-o", "attr_ttl=fast"}}, []string{"mount.attr_ttl (-o attr_ttl)", "not a duration", "500ms"}},
 		{"negative duration", invocation{args: []string{"--entry-ttl", "-1s"}}, []string{"mount.entry_ttl", "negative"}},
@@ -224,7 +229,7 @@ func TestLoadErrorsNameTheKeyAndAcceptedValues(t *testing.T) {
 func TestValidateRejectsEachBadField(t *testing.T) {
 	good := func() *Config {
 		return &Config{
-			S3:      S3{Region: "us-east-1", Bucket: "bucket"},
+			S3:      S3{Region: "us-east-1", Bucket: "bucket", Timeout: time.Minute, Concurrency: 4, PartSizeMiB: 8},
 			Fence:   Fence{Mode: ModeStrict, Domain: DomainBucket, SignedRequestValidity: time.Minute},
 			Mount:   Mount{Mountpoint: "/mnt", FileMode: 0o644, DirMode: 0o755, CacheDir: "/c"},
 			Log:     Log{Level: "info", Format: "text"},
@@ -241,6 +246,8 @@ func TestValidateRejectsEachBadField(t *testing.T) {
 		wantKey string
 	}{
 		{"missing bucket", func(c *Config) { c.S3.Bucket = "" }, true, "s3.bucket"},
+		{"zero timeout", func(c *Config) { c.S3.Timeout = 0 }, true, "s3.timeout"},
+		{"part size too large", func(c *Config) { c.S3.PartSizeMiB = 6000 }, true, "s3.part_size_mib"},
 		{"IP address bucket", func(c *Config) { c.S3.Bucket = "10.0.0.1" }, true, "s3.bucket"},
 		{"prefix with leading slash", func(c *Config) { c.S3.Prefix = "/a/" }, true, "s3.prefix"},
 		{"prefix without trailing slash", func(c *Config) { c.S3.Prefix = "a" }, true, "s3.prefix"},

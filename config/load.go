@@ -396,6 +396,17 @@ func (l *loader) build() (*Config, error) {
 		}
 		return d
 	}
+	integer := func(key string) int {
+		raw := str(key)
+		if raw == "" {
+			return 0
+		}
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			fail(key, "%q is not a number (accepted: a decimal number)", raw)
+		}
+		return n
+	}
 	mode := func(key string) os.FileMode {
 		switch raw := l.v.Get(key).(type) {
 		case int, int64, uint64, uint32, int32:
@@ -437,6 +448,9 @@ func (l *loader) build() (*Config, error) {
 	c.S3.CredentialsFile = str("s3.credentials_file")
 	c.S3.CAFile = str("s3.ca_file")
 	c.S3.PathStyle = boolean("s3.path_style")
+	c.S3.Timeout = duration("s3.timeout")
+	c.S3.Concurrency = integer("s3.concurrency")
+	c.S3.PartSizeMiB = integer("s3.part_size_mib")
 
 	c.Fence.Mode = strings.ToLower(str("fence.mode"))
 	c.Fence.Domain = strings.ToLower(str("fence.domain"))
@@ -462,13 +476,7 @@ func (l *loader) build() (*Config, error) {
 	c.Mount.EntryTTL = duration("mount.entry_ttl")
 	c.Mount.MetaTTL = duration("mount.meta_ttl")
 	c.Mount.AllowOther = boolean("mount.allow_other")
-	if raw := str("mount.max_dir_rename"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil {
-			fail("mount.max_dir_rename", "%q is not a number (accepted: a decimal number >= 0)", raw)
-		}
-		c.Mount.MaxDirRename = n
-	}
+	c.Mount.MaxDirRename = integer("mount.max_dir_rename")
 
 	c.Log.Level = strings.ToLower(str("log.level"))
 	if c.Log.Level == "warning" {

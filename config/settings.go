@@ -74,6 +74,12 @@ var settings = []Setting{
 		Usage: "shared credentials file (default ~/.aws/credentials)"},
 	{Key: "s3.ca_file", Option: "ca_file", Flag: "ca-file", Env: []string{"FENCEFS_S3_CA_FILE", "AWS_CA_BUNDLE"}, Group: GroupS3,
 		Usage: "PEM file of CA certificates to trust for https endpoints"},
+	{Key: "s3.timeout", Option: "s3_timeout", Flag: "s3-timeout", Env: []string{"FENCEFS_S3_TIMEOUT"}, Default: "2m", Group: GroupS3, kind: kindDuration,
+		Usage: "how long to wait for the server to answer one request before retrying it (a stalled server or a partition); a mutation that cannot verify its epoch in time fails with EIO"},
+	{Key: "s3.concurrency", Option: "s3_concurrency", Flag: "s3-concurrency", Env: []string{"FENCEFS_S3_CONCURRENCY"}, Default: "4", Group: GroupS3, kind: kindInt,
+		Usage: "parts of one multipart upload or copy in flight at once"},
+	{Key: "s3.part_size_mib", Option: "part_size_mib", Flag: "part-size-mib", Env: []string{"FENCEFS_S3_PART_SIZE_MIB"}, Default: "8", Group: GroupS3, kind: kindInt,
+		Usage: "multipart part size in MiB (5 to 5120); files up to twice this size are uploaded in one PUT"},
 	{Key: "s3.path_style", Option: "path_style", Flag: "path-style", Env: []string{"FENCEFS_S3_PATH_STYLE"}, Default: "false", Group: GroupS3, kind: kindBool,
 		Usage: "force path-style bucket addressing (default: automatic)"},
 

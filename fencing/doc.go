@@ -117,6 +117,20 @@
 // which has only the plain and the one-part shape) are held as bases, the
 // commit or sweep waits for the older record entry to expire.
 //
+// # Directory markers
+//
+// A directory marker ("dir/", written by mkdir) is an empty object: its
+// ETag is that of no bytes and cannot be changed by a sweep, and stores that
+// keep directories as directories (the Versity gateway) refuse any body or
+// multipart upload at such a key. The sweep therefore leaves markers named by
+// older intents as they are. What stays open, in strict mode as in fast: a
+// writer paused between its validation and its commit can still land one
+// mkdir of a still-absent directory or one rmdir of a still-empty,
+// unchanged marker after the takeover. Neither touches file data (rmdir of
+// a marker leaves any files under the prefix in place; the directory stays
+// visible as an implicit one). File creates, overwrites, deletes, renames
+// and metadata changes keep the full strict guarantee.
+//
 // # Tombstones
 //
 // A tombstone is an object with MetaTombstone "1" and a body of exactly

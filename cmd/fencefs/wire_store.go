@@ -13,16 +13,20 @@ import (
 // s3Config builds the objstore/s3 configuration of cfg.
 func s3Config(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) s3.Config {
 	return s3.Config{
-		Endpoint:     cfg.EndpointURL(),
-		Bucket:       cfg.S3.Bucket,
-		Region:       cfg.S3.Region,
-		AccessKey:    cfg.S3.AccessKey,
-		SecretKey:    cfg.S3.SecretKey.Reveal(),
-		SessionToken: cfg.S3.SessionToken.Reveal(),
-		CAFile:       cfg.S3.CAFile,
-		PathStyle:    cfg.S3.PathStyle,
-		Logger:       log,
-		Registerer:   reg,
+		Endpoint:           cfg.EndpointURL(),
+		Bucket:             cfg.S3.Bucket,
+		Region:             cfg.S3.Region,
+		AccessKey:          cfg.S3.AccessKey,
+		SecretKey:          cfg.S3.SecretKey.Reveal(),
+		SessionToken:       cfg.S3.SessionToken.Reveal(),
+		CAFile:             cfg.S3.CAFile,
+		PathStyle:          cfg.S3.PathStyle,
+		ResponseTimeout:    cfg.S3.Timeout,
+		Concurrency:        cfg.S3.Concurrency,
+		PartSize:           int64(cfg.S3.PartSizeMiB) << 20,
+		MultipartThreshold: 2 * int64(cfg.S3.PartSizeMiB) << 20,
+		Logger:             log,
+		Registerer:         reg,
 	}
 }
 
