@@ -6,6 +6,7 @@ BIN := bin
 # Tests find the binaries through these (see integration/harness, integration/gateway).
 export FENCEFS_BIN := $(CURDIR)/bin/fencefs
 export FENCEFS_VERSITYGW := $(CURDIR)/bin/versitygw
+export FENCEFS_FAILPOINT_BIN := $(CURDIR)/bin/fencefs-failpoints
 # -race on every test process; the fencefs binary mounted by end-to-end tests is a normal build.
 TESTFLAGS ?= -race
 TEST_TIMEOUT ?= 14m
@@ -16,10 +17,11 @@ DURATION ?= 10m
 
 all: build
 
-## build: bin/fencefs (and the demo driver)
+## build: bin/fencefs (and the demo driver, and the fault-injection build the tests use)
 build:
 	$(GO) build -o $(BIN)/fencefs ./cmd/fencefs
 	$(GO) build -o $(BIN)/fencefs-demo ./integration/demo
+	$(GO) build -tags failpoints -o $(BIN)/fencefs-failpoints ./cmd/fencefs
 
 ## the pinned Versity S3 gateway, the real S3 server of `make run` and the tests
 $(BIN)/.versitygw-$(VERSITYGW_VERSION):

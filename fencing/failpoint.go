@@ -31,11 +31,17 @@ type Hooks struct {
 const EnvFailpoints = "FENCEFS_FAILPOINTS"
 
 // FailpointsFromEnv builds Hooks from $FENCEFS_FAILPOINTS, so that
-// integration tests can pause the real binary at a protocol point. The value
-// is a list of point=action separated by ';' or ',':
+// integration tests can pause the real binary at a protocol point. Only a
+// binary built with the build tag "failpoints" (the fault-injection tests
+// build one) honours the variable; a production build refuses to run with
+// it set, rather than silently ignoring a test setting. The value is a list
+// of point=action separated by ';' or ',':
 //
 //	points:  after-intent, after-validate, before-sweep-key
-//	actions: pause-file:PATH   wait while PATH exists (polled every 10 ms)
+//	actions: pause-file:PATH   wait while PATH exists (polled every 10 ms);
+//	                           a paused writer first appends the key and a
+//	                           newline to PATH.reached, so a test knows who
+//	                           is paused
 //	         sleep:DURATION    sleep (Go duration, e.g. 250ms)
 //	         fail:MESSAGE      before-sweep-key only: abort the sweep
 //
@@ -43,7 +49,13 @@ const EnvFailpoints = "FENCEFS_FAILPOINTS"
 // applies only to keys containing that text, e.g.
 // "after-validate@data/f1=pause-file:/tmp/p". An empty or unset variable
 // gives zero Hooks. A malformed value is an error naming the bad item.
-func FailpointsFromEnv() (Hooks, error) { return ParseFailpoints(os.Getenv(EnvFailpoints)) }
+func FailpointsFromEnv() (Hooks, error) {
+	spec := os.Getenv(EnvFailpoints)
+	if spec != "" && !FailpointsEnabled {
+		return Hooks{}, errors.New("this binary was built without failpoints (build tag \"failpoints\"); unset the variable")
+	}
+	return ParseFailpoints(spec)
+}
 
 // ParseFailpoints parses a FENCEFS_FAILPOINTS value; see FailpointsFromEnv.
 func ParseFailpoints(spec string) (Hooks, error) {
@@ -57,20 +69,20 @@ func ParseFailpoints(spec string) (Hooks, error) {
 		}
 		point, filter, _ := strings.Cut(point, "@")
 		kind, arg, _ := strings.Cut(action, ":")
-		var wait func(ctx context.Context) error
+		var wait func(ctx context.Context, key string) error
 		switch kind {
 		case "pause-file":
 			if arg == "" {
 				return Hooks{}, fmt.Errorf("failpoint %q: pause-file needs a path", item)
 			}
 			path := arg
-			wait = func(ctx context.Context) error { return pauseWhileExists(ctx, path) }
+			wait = func(ctx context.Context, key string) error { return pauseWhileExists(ctx, path, key) }
 		case "sleep":
 			d, err := time.ParseDuration(arg)
 			if err != nil {
 				return Hooks{}, fmt.Errorf("failpoint %q: %v", item, err)
 			}
-			wait = func(ctx context.Context) error {
+			wait = func(ctx context.Context, _ string) error {
 				t := time.NewTimer(d)
 				defer t.Stop()
 				select {
@@ -85,14 +97,14 @@ func ParseFailpoints(spec string) (Hooks, error) {
 				return Hooks{}, fmt.Errorf("failpoint %q: fail applies to before-sweep-key only", item)
 			}
 			msg := arg
-			wait = func(context.Context) error { return errors.New("failpoint: " + msg) }
+			wait = func(context.Context, string) error { return errors.New("failpoint: " + msg) }
 		default:
 			return Hooks{}, fmt.Errorf("failpoint %q: unknown action %q (pause-file, sleep, fail)", item, kind)
 		}
 		match := func(key string) bool { return filter == "" || strings.Contains(key, filter) }
 		hook := func(ctx context.Context, key string) {
 			if match(key) {
-				_ = wait(ctx)
+				_ = wait(ctx, key)
 			}
 		}
 		switch point {
@@ -105,7 +117,7 @@ func ParseFailpoints(spec string) (Hooks, error) {
 				if !match(key) {
 					return nil
 				}
-				return wait(ctx)
+				return wait(ctx, key)
 			}
 		default:
 			return Hooks{}, fmt.Errorf("failpoint %q: unknown point %q (after-intent, after-validate, before-sweep-key)", item, point)
@@ -114,7 +126,14 @@ func ParseFailpoints(spec string) (Hooks, error) {
 	return h, nil
 }
 
-func pauseWhileExists(ctx context.Context, path string) error {
+func pauseWhileExists(ctx context.Context, path, key string) error {
+	if _, err := os.Stat(path); err != nil {
+		return nil
+	}
+	if f, err := os.OpenFile(path+".reached", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		_, _ = f.WriteString(key + "\n")
+		_ = f.Close()
+	}
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {

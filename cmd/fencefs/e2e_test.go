@@ -597,7 +597,7 @@ func TestGCRemovesSweepTombstonesAndStaleUploads(t *testing.T) {
 	if err := os.WriteFile(pause, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a := harness.MountWith(t, gw, bucket, harness.Options{Env: []string{"FENCEFS_FAILPOINTS=after-intent=pause-file:" + pause}}, "--token", "3")
+	a := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true, Env: []string{"FENCEFS_FAILPOINTS=after-intent=pause-file:" + pause}}, "--token", "3")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl := gw.Client()

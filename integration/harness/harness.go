@@ -41,10 +41,10 @@ import (
 )
 
 var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
-	buildDir  string
+	builds   sync.Map // build tags → *build
+	buildDir string   // set once by the first build; removed by Main
+	dirOnce  sync.Once
+	dirErr   error
 
 	liveMu sync.Mutex
 	live   = map[*FS]struct{}{} // GUARDED_BY(liveMu): mounts not yet cleaned up
@@ -87,41 +87,60 @@ func Main(m *testing.M) int {
 	return code
 }
 
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
 // Binary returns the path of the fencefs binary under test; see the package
 // doc. It fails the test if the build fails.
 func Binary(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv("FENCEFS_BIN"); p != "" {
+	return binary(t, "FENCEFS_BIN", "")
+}
+
+// FailpointBinary returns a fencefs binary built with the "failpoints" tag,
+// which honours $FENCEFS_FAILPOINTS (see fencing.FailpointsFromEnv): it is
+// $FENCEFS_FAILPOINT_BIN when set (the Makefile builds
+// bin/fencefs-failpoints), else built once per test process.
+func FailpointBinary(t testing.TB) string {
+	t.Helper()
+	return binary(t, "FENCEFS_FAILPOINT_BIN", "failpoints")
+}
+
+func binary(t testing.TB, env, tags string) string {
+	t.Helper()
+	if p := os.Getenv(env); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("FENCEFS_BIN=%s: %v", p, err)
+			t.Fatalf("%s=%s: %v", env, p, err)
 		}
 		return p
 	}
-	buildOnce.Do(func() {
+	v, _ := builds.LoadOrStore(tags, &build{})
+	b := v.(*build)
+	b.once.Do(func() {
+		dirOnce.Do(func() { buildDir, dirErr = os.MkdirTemp("", "fencefs-bin-") })
+		if dirErr != nil {
+			b.err = dirErr
+			return
+		}
 		root, err := gateway.RepoRoot()
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		buildDir, buildErr = os.MkdirTemp("", "fencefs-bin-")
-		if buildErr != nil {
-			return
-		}
-		buildPath = filepath.Join(buildDir, "fencefs")
-		args := []string{"build", "-o", buildPath}
-		if tags := os.Getenv("FENCEFS_BUILD_TAGS"); tags != "" {
-			args = append(args, "-tags", tags)
-		}
-		cmd := exec.Command("go", append(args, "./cmd/fencefs")...)
+		b.path = filepath.Join(buildDir, "fencefs"+strings.ReplaceAll(tags, ",", "-"))
+		cmd := exec.Command("go", "build", "-tags", tags, "-o", b.path, "./cmd/fencefs")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/fencefs: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build -tags %q ./cmd/fencefs: %v\n%s", tags, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatalf("%v", buildErr)
+	if b.err != nil {
+		t.Fatalf("%v", b.err)
 	}
-	return buildPath
+	return b.path
 }
 
 // RequireFUSE skips (fails in CI) unless FUSE mounts can be made here.
@@ -158,6 +177,9 @@ type Options struct {
 	Dir string
 	// ReadyTimeout bounds the wait for the mount (default 30 s).
 	ReadyTimeout time.Duration
+	// Failpoints runs FailpointBinary instead of Binary (for Env settings
+	// of FENCEFS_FAILPOINTS).
+	Failpoints bool
 }
 
 // Mount starts `fencefs mount BUCKET MNT --foreground --endpoint … args…` and
@@ -185,6 +207,9 @@ func Start(t testing.TB, gw *gateway.Gateway, bucket string, o Options, args ...
 	t.Helper()
 	RequireFUSE(t)
 	bin := Binary(t)
+	if o.Failpoints {
+		bin = FailpointBinary(t)
+	}
 	tmp := t.TempDir()
 	fs := &FS{
 		Dir:      o.Dir,
