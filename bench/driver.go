@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"golang.org/x/sys/unix"
@@ -21,8 +22,9 @@ import (
 // concurrent use; the workloads are serial.
 type driver interface {
 	// WriteLarge creates name with the content of src, from open to a
-	// successful close.
-	WriteLarge(ctx context.Context, name string, src *largeSource) error
+	// successful close, and returns the time spent in close(2) (-1 when
+	// there is no separate close).
+	WriteLarge(ctx context.Context, name string, src *largeSource) (time.Duration, error)
 	// ReadLarge reads name to its end and returns the number of bytes read.
 	ReadLarge(ctx context.Context, name string) (int64, error)
 	// Mkdir makes a directory (a no-op for the raw client: prefixes).
@@ -59,23 +61,25 @@ func (d *fsDriver) path(name string) string { return filepath.Join(d.root, filep
 
 // WriteLarge implements driver: chunk-sized write(2) calls, then close(2),
 // whose error counts.
-func (d *fsDriver) WriteLarge(ctx context.Context, name string, src *largeSource) error {
+func (d *fsDriver) WriteLarge(ctx context.Context, name string, src *largeSource) (time.Duration, error) {
 	f, err := os.OpenFile(d.path(name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for off := int64(0); off < src.size; off += int64(d.chunk) {
 		if err := ctx.Err(); err != nil {
 			f.Close()
-			return err
+			return 0, err
 		}
 		n := min(int64(d.chunk), src.size-off)
 		if _, err := f.Write(src.chunk(off, n)); err != nil {
 			f.Close()
-			return err
+			return 0, err
 		}
 	}
-	return f.Close()
+	t0 := time.Now()
+	err = f.Close()
+	return time.Since(t0), err
 }
 
 // ReadLarge implements driver with chunk-sized read(2) calls.
@@ -188,17 +192,17 @@ var _ driver = (*s3Driver)(nil)
 // WriteLarge implements driver: PutObject from the source file (an
 // io.ReaderAt, so minio-go uploads parts in parallel), with signed
 // (streaming SigV4) payloads as minio-go does over plain HTTP.
-func (d *s3Driver) WriteLarge(ctx context.Context, name string, src *largeSource) error {
+func (d *s3Driver) WriteLarge(ctx context.Context, name string, src *largeSource) (time.Duration, error) {
 	f, err := os.Open(src.path)
 	if err != nil {
-		return err
+		return -1, err
 	}
 	defer f.Close()
 	_, err = d.env.client.PutObject(ctx, d.bucket, name, f, src.size, minio.PutObjectOptions{
 		PartSize:   uint64(d.env.cfg.PartSize),
 		NumThreads: uint(d.env.cfg.RawThreads),
 	})
-	return err
+	return -1, err
 }
 
 // ReadLarge implements driver: one GetObject streamed to the end.

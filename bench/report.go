@@ -28,6 +28,7 @@ func metricDefs(cfg config) []metricDef {
 	return []metricDef{
 		{mSeqWrite, "seq write " + sizeString(cfg.LargeSize), "MiB/s", true, true},
 		{mSeqRead, "seq read " + sizeString(cfg.LargeSize), "MiB/s", true, true},
+		{mSeqClose, "close(2) after seq write", "s", false, false},
 		{mCreate, fmt.Sprintf("create+write+close %d×%s", cfg.SmallCount, sizeString(int64(cfg.SmallSize))), "ops/s", true, true},
 		{mStat, "stat", "ops/s", true, true},
 		{mReaddir, "readdir", "entries/s", true, true},
@@ -466,6 +467,8 @@ func method(cfg config) string {
   GetObject, DeleteObject; rename = CopyObject + DeleteObject (a directory: list, then each object serially).
 - fencefs: the binary in strict, fast and off mode (token auto), default options. s3fs: foreground, use_path_request_style,
   sigv4, defaults otherwise. rclone: `+"`rclone mount`"+` with an s3 remote (provider Other), --vfs-cache-mode off or writes, defaults otherwise.
+- "close(2) after seq write" is the part of the sequential write spent in close: the upload, for a filesystem that commits
+  at close.
 - Peak RSS: VmHWM of the mount process, reset before each workload (clear_refs 5): "seq write" is the peak while writing the
   large file, "all" the peak over every workload.
 `, sizeString(cfg.LargeSize), sizeString(int64(cfg.WriteChunk)), cfg.SmallCount, cfg.RenameFiles, cfg.DirFiles,

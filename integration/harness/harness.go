@@ -234,7 +234,10 @@ func Start(t testing.TB, gw *gateway.Gateway, bucket string, o Options, args ...
 	cmd := exec.Command(bin, fs.Args...)
 	cmd.Env = append(append(os.Environ(), gw.Env()...), o.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: if the test process dies (a go test timeout), its mounts die
+	// with it, even frozen ones, instead of hanging whoever touches them;
+	// the kernel then answers ENOTCONN on the dead mountpoint.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
