@@ -210,9 +210,9 @@ func (r *results) markdown() string {
 	if cfg.Quick {
 		mode = "**quick smoke run** (small sizes, not comparable with full runs); " + mode
 	}
-	fmt.Fprintf(&b, "%s; large file %s, %d small files of %s, %d renamed files, a %d-file directory; took %s.\n\n",
+	fmt.Fprintf(&b, "%s; large file %s, %d small files of %s, %d renamed files, a %d-file directory; took %s. %s\n\n",
 		mode, sizeString(cfg.LargeSize), cfg.SmallCount, sizeString(int64(cfg.SmallSize)),
-		cfg.RenameFiles, cfg.DirFiles, r.Elapsed.Round(time.Second))
+		cfg.RenameFiles, cfg.DirFiles, r.Elapsed.Round(time.Second), r.idleSummary())
 
 	// Medians.
 	b.WriteString("## Results (median of runs)\n\n")
@@ -346,8 +346,8 @@ func (r *results) markdown() string {
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Fprintf(&b, "- load average at end: %s\n", strings.TrimSpace(string(la)))
 	}
-	fmt.Fprintf(&b, "\nReproduce: `make bench` (or `go run ./bench -bin bin/fencefs -gateway bin/versitygw %s`).\n",
-		strings.Join(reproFlags(cfg), " "))
+	fmt.Fprintf(&b, "\nReproduce: `make bench` (or `%s`).\n",
+		strings.Join(append([]string{"go run ./bench -bin bin/fencefs -gateway bin/versitygw"}, reproFlags(cfg)...), " "))
 	return b.String()
 }
 
@@ -423,6 +423,27 @@ func requestCell(kinds map[string][]float64) string {
 		parts = append(parts, k+" "+num(v))
 	}
 	return strings.Join(parts, ", ") + " (" + num(total) + ")"
+}
+
+// idleSummary tells how idle the machine was before the runs.
+func (r *results) idleSummary() string {
+	var idle []float64
+	for _, t := range r.targets {
+		for _, m := range r.runs[t.Name()] {
+			if m.idle >= 0 {
+				idle = append(idle, m.idle)
+			}
+		}
+	}
+	if len(idle) == 0 {
+		return ""
+	}
+	low := slices.Min(idle)
+	s := fmt.Sprintf("CPU idle before each run: median %.0f%%, lowest %.0f%%.", 100*median(idle), 100*low)
+	if low < 0.7 {
+		s += " **Other load competed with some runs: treat their numbers with care.**"
+	}
+	return s
 }
 
 func indentLines(s string) string { return strings.ReplaceAll(s, "\n", "\n  ") }
@@ -540,7 +561,7 @@ func describeMachine(cfg config) []kv {
 	if gw == "" {
 		gw, _ = gateway.FindBinary()
 	}
-	fencefsVersion := first(cfg.FencefsBin, "--version")
+	fencefsVersion := first(cfg.FencefsBin, "version")
 	if rev := first("git", "-C", repoDir(), "rev-parse", "--short", "HEAD"); !strings.Contains(rev, "not available") {
 		dirty := ""
 		if out, err := exec.Command("git", "-C", repoDir(), "status", "--porcelain").Output(); err == nil && len(out) > 0 {
@@ -554,7 +575,7 @@ func describeMachine(cfg config) []kv {
 		{"memory", mem},
 		{"OS", distro + ", kernel " + read("/proc/sys/kernel/osrelease")},
 		{"gateway data on", first("stat", "-f", "-c", "%T", cfg.WorkDir)},
-		{"load average at start", read("/proc/loadavg")},
+		{"load average at start (counts tasks blocked in the kernel too)", read("/proc/loadavg")},
 		{"go", runtime.Version()},
 		{"fencefs", fencefsVersion},
 		{"versitygw", gateway.PinnedVersion + " (" + gw + ")"},

@@ -11,6 +11,7 @@ import (
 // Registerer) records nothing.
 type metrics struct {
 	errs       *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
 	collectors []prometheus.Collector
 }
 
@@ -20,8 +21,10 @@ func newMetrics(fsys *filesystem) *metrics {
 		Namespace: "fencefs", Subsystem: "fuse", Name: "errors_total",
 		Help: "FUSE operations that failed, by errno.",
 	}, []string{"errno"})
+	m.latency = newLatencyHistogram()
 	m.collectors = []prometheus.Collector{
 		m.errs,
+		m.latency,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencefs", Subsystem: "fuse", Name: "dirty_files",
 			Help: "Files with local changes not yet committed to the bucket.",

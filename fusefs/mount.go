@@ -80,7 +80,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 		NullPermissions: true,
 		Logger:          log.New(slogWriter{opts.Logger}, "", 0),
 	}
-	server, err := fs.Mount(mountpoint, root, fopts)
+	server, err := serve(mountpoint, &timedFS{RawFileSystem: fs.NewNodeFS(root, fopts), hist: fsys.metrics.latency}, fopts)
 	if err != nil {
 		fsys.cancel()
 		fsys.metrics.unregister(opts.Registerer)
@@ -183,4 +183,19 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	}
 	w.l.Warn("go-fuse: " + msg)
 	return len(p), nil
+}
+
+// serve mounts rawFS at mountpoint and serves it (fs.Mount, with the raw
+// filesystem wrapped for latency metrics).
+func serve(mountpoint string, rawFS fuse.RawFileSystem, fopts *fs.Options) (*fuse.Server, error) {
+	server, err := fuse.NewServer(rawFS, mountpoint, &fopts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		// The serve loop ends by itself when the mount fails.
+		return nil, err
+	}
+	return server, nil
 }

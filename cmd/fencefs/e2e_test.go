@@ -497,7 +497,8 @@ func TestMetricsShowTheStateChangeWhenFenced(t *testing.T) {
 		t.Fatalf("/healthz = %d %q", code, body)
 	}
 	_, m := scrape(t, "http://"+addr+"/metrics")
-	for _, want := range []string{`fencefs_fencing_state{state="active"} 1`, "fencefs_fencing_token 3", "fencefs_mount_up 1", `fencefs_probe_check{check="if-match-cas"} 1`, "fencefs_s3_requests_total"} {
+	for _, want := range []string{`fencefs_fencing_state{state="active"} 1`, "fencefs_fencing_token 3", "fencefs_mount_up 1", `fencefs_probe_check{check="if-match-cas"} 1`, "fencefs_s3_requests_total",
+		`fencefs_fuse_op_duration_seconds_count{op="flush"}`, `fencefs_s3_request_duration_seconds_bucket`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
