@@ -376,7 +376,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		n.pending = true
 		n.markDirtyLocked()
 		n.mu.Unlock()
-		d.fsys.prepare(key)
+		d.fsys.prepare(key, fencing.Version{})
 	}
 	n.mu.Lock()
 	n.openCount = 1

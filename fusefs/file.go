@@ -246,11 +246,22 @@ func (fsys *filesystem) untrack(n *fileNode) {
 	fsys.nodesMu.Unlock()
 }
 
-// prepare passes the Guard the hint that key is about to be committed.
-func (fsys *filesystem) prepare(key string) {
+// prepare passes the Guard the hint that key is about to be committed on
+// base, so that the intent is written while the application still writes.
+func (fsys *filesystem) prepare(key string, base fencing.Version) {
 	if key != "" && fsys.guard != nil {
-		fsys.guard.Prepare(key)
+		fsys.guard.PrepareBase(key, base)
 	}
+}
+
+// baseLocked is the version the node's next commit is conditioned on: absent
+// for a file not yet created in the bucket, else the version it was read at.
+// LOCKS_REQUIRED(n.mu)
+func (n *fileNode) baseLocked() fencing.Version {
+	if n.pending {
+		return fencing.Version{}
+	}
+	return fencing.VersionOf(n.info)
 }
 
 // LOCKS_REQUIRED(n.mu)
@@ -284,9 +295,10 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 		n.attr.Mtime, n.attr.Ctime = now, now
 		prep = n.markDirtyLocked()
 	}
+	base := n.baseLocked()
 	n.mu.Unlock()
 	if prep {
-		n.fsys.prepare(key)
+		n.fsys.prepare(key, base)
 	}
 	if err != nil {
 		return uint32(w), fmt.Errorf("write staging file: %w", err)
@@ -315,9 +327,10 @@ func (n *fileNode) truncate(ctx context.Context, size int64) error {
 	now := time.Now()
 	n.attr.Mtime, n.attr.Ctime = now, now
 	prep := n.markDirtyLocked()
+	base := n.baseLocked()
 	n.mu.Unlock()
 	if prep {
-		n.fsys.prepare(key)
+		n.fsys.prepare(key, base)
 	}
 	return nil
 }
@@ -350,7 +363,7 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 		return nil
 	}
 	gen, size, pending := n.gen, n.size, n.pending
-	baseETag := n.info.ETag
+	base := n.baseLocked()
 	meta := encodeAttr(n.attr, contentMeta(n.info.Meta))
 	n.mu.Unlock()
 
@@ -372,7 +385,7 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 			err = fmt.Errorf("%w: %v", fencing.ErrStale, err)
 		}
 	} else {
-		info, err = put(fencing.Version{ETag: baseETag})
+		info, err = put(base)
 	}
 	if err != nil {
 		return fmt.Errorf("commit %s: %w", key, err)
@@ -553,10 +566,11 @@ func (n *fileNode) updateMeta(ctx context.Context, mutate func(*posixAttr) error
 				prep = n.markDirtyLocked()
 			}
 		}
+		base := n.baseLocked()
 		n.mu.Unlock()
 		if prep {
 			key, _ := n.key()
-			n.fsys.prepare(key)
+			n.fsys.prepare(key, base)
 		}
 		return err
 	}

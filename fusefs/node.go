@@ -133,7 +133,7 @@ func (b *nodeBase) updateMetaRemote(ctx context.Context, mutate func(*posixAttr)
 		}
 		out, err = b.fsys.createEmpty(ctx, key, meta)
 	} else {
-		out, err = b.fsys.guard.Copy(ctx, key, info.ETag, key, fencing.Version{ETag: info.ETag}, meta)
+		out, err = b.fsys.guard.Copy(ctx, key, info.ETag, key, fencing.VersionOf(info), meta)
 	}
 	if err != nil {
 		return err

@@ -18,12 +18,13 @@ import (
 // the bucket goes through it. See fencing.Guard for the contracts; in short:
 // Put/Copy/Delete are conditioned on base (the zero Version means "must not
 // exist") and fail with fencing.ErrFenced, ErrReadOnly, ErrStale or
-// ErrUnverified; Prepare is a hint that a handle on key became dirty.
+// ErrUnverified; PrepareBase is a hint that a handle on key became dirty and
+// will be committed on base.
 // Implementations must be safe for concurrent use.
 type Guard interface {
 	Bind(ctx context.Context, token uint64) (uint64, error)
 	Status() fencing.Status
-	Prepare(key string)
+	PrepareBase(key string, base fencing.Version)
 	Put(ctx context.Context, key string, body io.ReaderAt, size int64, base fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Copy(ctx context.Context, src, srcETag, dst string, dstBase fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Delete(ctx context.Context, key string, base fencing.Version) error
