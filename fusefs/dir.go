@@ -351,10 +351,7 @@ var _ = (fs.NodeCreater)((*dirNode)(nil))
 // being absent; with O_EXCL the empty object is created at once so that
 // exclusivity holds across mounts (EEXIST otherwise).
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	key, err := d.childKey(name)
-	if err == nil {
-		err = d.fsys.checkWritable()
-	}
+	key, err := d.writableChild(name)
 	if err != nil {
 		return nil, nil, 0, d.fsys.errno("create", key, err)
 	}
@@ -419,10 +416,7 @@ var _ = (fs.NodeMkdirer)((*dirNode)(nil))
 
 // Mkdir creates the "name/" marker, conditioned on its absence.
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	key, err := d.childKey(name)
-	if err == nil {
-		err = d.fsys.checkWritable()
-	}
+	key, err := d.writableChild(name)
 	if err != nil {
 		return nil, d.fsys.errno("mkdir", key, err)
 	}
@@ -473,6 +467,16 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 
 var _ = (fs.NodeLinker)((*dirNode)(nil))
 
+// writableChild returns the key of child name, or the error that refuses a
+// mutation there (an invalid name, or a read-only or fenced mount).
+func (d *dirNode) writableChild(name string) (string, error) {
+	key, err := d.childKey(name)
+	if err == nil {
+		err = d.fsys.checkWritable()
+	}
+	return key, err
+}
+
 // Link fails with ENOTSUP: objects cannot share content.
 func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	key, _ := d.childKey(name)
@@ -485,10 +489,7 @@ var _ = (fs.NodeUnlinker)((*dirNode)(nil))
 // (ESTALE if someone changed it since). A file that is still open keeps its
 // content: it is staged locally before the delete.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	key, err := d.childKey(name)
-	if err == nil {
-		err = d.fsys.checkWritable()
-	}
+	key, err := d.writableChild(name)
 	if err == nil {
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()
@@ -549,10 +550,7 @@ var _ = (fs.NodeRmdirer)((*dirNode)(nil))
 // deleted conditioned on its version; an implicit directory has nothing to
 // delete.
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	key, err := d.childKey(name)
-	if err == nil {
-		err = d.fsys.checkWritable()
-	}
+	key, err := d.writableChild(name)
 	if err == nil {
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()
