@@ -380,7 +380,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	n.mu.Unlock()
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
 	n.fillAttr(&out.Attr)
-	return ch, &fileHandle{node: n}, 0, 0
+	return ch, &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0}, 0, 0
 }
 
 var _ = (fs.NodeMknoder)((*dirNode)(nil))

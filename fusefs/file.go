@@ -161,7 +161,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	}
 	n.keepETag = etag
 	n.mu.Unlock()
-	h := &fileHandle{node: n}
+	h := &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0}
 	if flags&syscall.O_TRUNC != 0 {
 		if err := n.truncate(ctx, 0); err != nil {
 			n.releaseHandle(h)
@@ -272,7 +272,8 @@ func (n *fileNode) setCleanLocked() {
 	}
 }
 
-// write stores data at off in the staging file.
+// write stores data at off in the staging file; off < 0 appends at the end
+// of the staged content.
 func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, error) {
 	if err := n.fsys.checkWritable(); err != nil {
 		return 0, err
@@ -282,6 +283,11 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 	defer n.cmu.Unlock()
 	if err := n.ensureStageLocked(ctx, -1); err != nil {
 		return 0, err
+	}
+	if off < 0 {
+		n.mu.Lock()
+		off = n.size
+		n.mu.Unlock()
 	}
 	w, err := n.stage.WriteAt(data, off)
 	n.mu.Lock()
@@ -644,6 +650,12 @@ func (n *fileNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // fileHandle is one open file description.
 type fileHandle struct {
 	node *fileNode
+	// appending: opened with O_APPEND. The kernel computes an append's
+	// offset from the size it cached at lookup, which can be older than the
+	// version Open pinned (another mount appended in between): writing at
+	// that offset would overwrite the other mount's bytes. Such writes go to
+	// the end of the staged content instead.
+	appending bool
 
 	mu sync.Mutex
 	rd *reader // GUARDED_BY(mu): ranged reads from the store, created on first read
@@ -715,6 +727,9 @@ var _ = (fs.FileWriter)((*fileHandle)(nil))
 func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	ctx, cancel := h.node.fsys.opctx(ctx)
 	defer cancel()
+	if h.appending {
+		off = -1
+	}
 	w, err := h.node.write(ctx, data, off)
 	if err != nil {
 		k, _ := h.node.key()

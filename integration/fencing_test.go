@@ -275,3 +275,36 @@ func TestFrozenLeaderCannotLandWritesAfterTakeover(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendAfterAnotherMountsAppendKeepsBoth: A's kernel caches the file's
+// size, B appends, then A appends with O_APPEND. A's record must go after
+// B's (the kernel's offset for the append comes from its stale cached size;
+// the mount appends at the end of the version it pinned at open instead).
+func TestAppendAfterAnotherMountsAppendKeepsBoth(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	a := harness.Mount(t, gw, bucket, "--token", "1", "--holder", "A",
+		"--attr-ttl", "30s", "--entry-ttl", "30s", "--meta-ttl", "0s")
+	b := harness.Mount(t, gw, bucket, "--holder", "B", "--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s")
+	if err := os.WriteFile(a.Path("log"), []byte("first\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a.Path("log")); err != nil { // A's kernel caches size 6
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(b.Dir, "user.fencefs.token", []byte("auto"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeClose(b.Path("log"), os.O_WRONLY|os.O_APPEND, []byte("from B\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(a.Dir, "user.fencefs.token", []byte("auto"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeClose(a.Path("log"), os.O_WRONLY|os.O_APPEND, []byte("from A\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readObject(t, gw, bucket, "log"); string(got.body) != "first\nfrom B\nfrom A\n" {
+		t.Fatalf("log = %q, want both appends in order", got.body)
+	}
+}
