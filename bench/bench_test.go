@@ -5,8 +5,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseSizeAcceptsBinaryUnitsAndRejectsGarbage(t *testing.T) {
@@ -307,4 +309,27 @@ func TestRequestsTableCountsMissingKindsAsZero(t *testing.T) {
 	if !strings.Contains(b.String(), "| fencefs-strict | – | – | delete 0.00, put 1.00 (1.00) |") {
 		t.Errorf("requests table:\n%s", b.String())
 	}
+}
+
+func TestCPUMeterCountsOurOwnBusyLoopAsOurs(t *testing.T) {
+	m := startCPUMeter(os.Getpid())
+	deadline := time.Now().Add(300 * time.Millisecond)
+	x := 0
+	for time.Now().Before(deadline) {
+		x++
+	}
+	got := m.other()
+	if got < 0 {
+		t.Fatal("meter could not read /proc")
+	}
+	// This process spun one CPU for the whole interval; the meter must
+	// not report that as other load. (Whatever else runs on the machine is
+	// other load, so only an upper bound on the machine's CPU count holds.)
+	if got > float64(runtime.NumCPU()) {
+		t.Errorf("other load %.2f CPUs exceeds the machine's %d", got, runtime.NumCPU())
+	}
+	if procTicks(os.Getpid()) == 0 {
+		t.Error("procTicks of this busy process is 0")
+	}
+	_ = x
 }

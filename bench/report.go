@@ -309,8 +309,9 @@ func (r *results) markdown() string {
 	}
 
 	b.WriteString("## Every run\n\n")
-	b.WriteString("`idle` is the share of the machine's CPU time that was idle in the 2 s before the run (other load makes a run noisy).\n\n")
-	header = []string{"target", "run", "idle"}
+	b.WriteString("`idle`: share of the machine's CPU time idle in the 2 s before the run. `other`: CPUs used during the run by " +
+		"processes other than the benchmark, the gateway and the mount (kernel write-back included); other load makes a run noisy.\n\n")
+	header = []string{"target", "run", "idle", "other"}
 	for _, d := range defs {
 		header = append(header, d.key)
 	}
@@ -321,7 +322,11 @@ func (r *results) markdown() string {
 			if m.idle >= 0 {
 				idle = fmt.Sprintf("%.0f%%", 100*m.idle)
 			}
-			row := []string{t.Name(), fmt.Sprint(m.run), idle}
+			other := "?"
+			if m.other >= 0 {
+				other = fmt.Sprintf("%.2f", m.other)
+			}
+			row := []string{t.Name(), fmt.Sprint(m.run), idle, other}
 			if m.profiled {
 				row[1] += " (perf)"
 			}
@@ -427,23 +432,31 @@ func requestCell(kinds map[string][]float64) string {
 
 // idleSummary tells how idle the machine was before the runs.
 func (r *results) idleSummary() string {
-	var idle []float64
+	var idle, other []float64
 	for _, t := range r.targets {
 		for _, m := range r.runs[t.Name()] {
 			if m.idle >= 0 {
 				idle = append(idle, m.idle)
 			}
+			if m.other >= 0 {
+				other = append(other, m.other)
+			}
 		}
 	}
-	if len(idle) == 0 {
-		return ""
+	var parts []string
+	noisy := false
+	if len(idle) > 0 {
+		parts = append(parts, fmt.Sprintf("CPU idle before each run: median %.0f%%, lowest %.0f%%.", 100*median(idle), 100*slices.Min(idle)))
+		noisy = noisy || slices.Min(idle) < 0.7
 	}
-	low := slices.Min(idle)
-	s := fmt.Sprintf("CPU idle before each run: median %.0f%%, lowest %.0f%%.", 100*median(idle), 100*low)
-	if low < 0.7 {
-		s += " **Other load competed with some runs: treat their numbers with care.**"
+	if len(other) > 0 {
+		parts = append(parts, fmt.Sprintf("Other load during the runs: median %.2f CPUs, highest %.2f.", median(other), slices.Max(other)))
+		noisy = noisy || slices.Max(other) > 0.3
 	}
-	return s
+	if noisy {
+		parts = append(parts, "**Other load competed with some runs: compare runs in the table of every run.**")
+	}
+	return strings.Join(parts, " ")
 }
 
 func indentLines(s string) string { return strings.ReplaceAll(s, "\n", "\n  ") }

@@ -153,6 +153,7 @@ type measurement struct {
 	failures []string
 	profiled bool    // a perf profile was recorded (numbers are perturbed)
 	idle     float64 // fraction of the machine's CPU time idle just before the run (-1 unknown)
+	other    float64 // CPUs used by other processes during the run (-1 unknown); see cpuMeter
 	// requests: phase → S3 request kind → requests per operation, for
 	// targets with a metrics endpoint
 	requests map[string]map[string]float64
@@ -166,7 +167,7 @@ func (m *measurement) fail(format string, args ...any) {
 // returns what it measured; on error, the measurement holds what was measured
 // before it. Everything started is stopped before it returns.
 func (e *benchEnv) measure(ctx context.Context, t target, run int) (m *measurement, err error) {
-	m = &measurement{run: run, values: map[string]float64{}, requests: map[string]map[string]float64{}}
+	m = &measurement{run: run, values: map[string]float64{}, requests: map[string]map[string]float64{}, other: -1}
 	bucket := fmt.Sprintf("bench-%s-r%d-%d", t.Name(), run, time.Now().UnixNano()%1e6)
 	scratch := filepath.Join(e.cfg.WorkDir, fmt.Sprintf("%s-r%d", t.Name(), run))
 	if err := os.MkdirAll(scratch, 0o755); err != nil {
@@ -188,6 +189,7 @@ func (e *benchEnv) measure(ctx context.Context, t target, run int) (m *measureme
 
 	tctx, cancel := context.WithTimeout(ctx, e.cfg.TargetTimeout)
 	defer cancel()
+	meter := startCPUMeter(os.Getpid(), e.gw.Pid())
 	t0 := time.Now()
 	in, err := t.Start(tctx, e, bucket, scratch)
 	if err != nil {
@@ -209,7 +211,11 @@ func (e *benchEnv) measure(ctx context.Context, t target, run int) (m *measureme
 		case <-finished:
 		}
 	}()
+	if in.pid > 0 {
+		meter.add(in.pid)
+	}
 	defer func() {
+		m.other = meter.other()
 		close(finished)
 		<-watchdogDone
 		if serr := in.Stop(); serr != nil {

@@ -5,7 +5,6 @@ package main
 // Without the gateway or /dev/fuse they skip locally and fail when CI is set.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -189,19 +188,11 @@ func daemonPids(bin, mountpoint string) []int {
 
 func mounted(t *testing.T, dir string) bool {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	_, ok, err := mountAt(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == filepath.Clean(dir) {
-			return true
-		}
-	}
-	return false
+	return ok
 }
 
 // waitFor polls cond every 20 ms until it holds or 30 s pass (a bound on a

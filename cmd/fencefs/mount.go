@@ -330,7 +330,7 @@ func unmountRetry(ctx context.Context, fs fsMount, mp string, log *slog.Logger) 
 	if err == nil {
 		return false, nil
 	}
-	if ok, merr := isMountpoint(mp); merr == nil && !ok {
+	if _, ok, merr := mountAt(mp); merr == nil && !ok {
 		// The mount is gone (unmounted by fusefs despite a commit failure,
 		// or by someone else meanwhile): report only lost changes.
 		return false, commitErrors(err)

@@ -320,38 +320,13 @@ func runTarget(mp, bucketFlag string) (string, error) {
 }
 
 // fencefsMountSource returns the source field of the fuse.fencefs mount at
-// mp in /proc/self/mountinfo; ok is false when mp is not one.
+// mp; ok is false when mp is not one.
 func fencefsMountSource(mp string) (source string, ok bool, err error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	m, ok, err := mountAt(mp)
+	if err != nil || !ok || m.FSType != fencefsType {
 		return "", false, err
 	}
-	source, ok = parseMountSource(string(b), mp)
-	return source, ok, nil
-}
-
-// parseMountSource finds the mount at mp in mountinfo text and returns its
-// source if it is a fuse.fencefs mount. Of several mounts stacked on mp the
-// last one (the visible one) counts.
-func parseMountSource(mountinfo, mp string) (source string, ok bool) {
-	mp = filepath.Clean(mp)
-	for _, line := range strings.Split(mountinfo, "\n") {
-		// id parent maj:min root mountpoint opts [optional…] - fstype source superopts
-		fields := strings.Fields(line)
-		if len(fields) < 5 || unescapeMountinfo(fields[4]) != mp {
-			continue
-		}
-		source, ok = "", false
-		for i, fld := range fields {
-			if fld == "-" && i+2 < len(fields) {
-				if fields[i+1] == "fuse.fencefs" {
-					source, ok = unescapeMountinfo(fields[i+2]), true
-				}
-				break
-			}
-		}
-	}
-	return source, ok
+	return m.Source, true, nil
 }
 
 // mountBinder binds the register's next epoch on the mount at mp through

@@ -59,34 +59,6 @@ func TestRunStopsParsingFlagsAtTheCommand(t *testing.T) {
 	}
 }
 
-func TestParseMountSourceFindsTheVisibleFencefsMount(t *testing.T) {
-	const info = `22 1 0:21 / /proc rw,nosuid - proc proc rw
-40 22 0:35 / /mnt/a rw,nosuid,nodev - fuse.fencefs bkt rw,user_id=0
-41 22 0:36 / /mnt/with\040space rw - fuse.fencefs bkt/sub/dir/ rw
-42 22 0:37 / /mnt/other rw - fuse.sshfs host:/x rw
-43 22 0:38 / /mnt/stacked rw - fuse.fencefs old rw
-44 43 0:39 / /mnt/stacked rw - tmpfs tmpfs rw
-45 22 0:40 / /mnt/opt rw shared:5 master:2 - fuse.fencefs opt-bucket rw`
-	tests := []struct {
-		mp, wantSource string
-		wantOK         bool
-	}{
-		{"/mnt/a", "bkt", true},
-		{"/mnt/a/", "bkt", true},
-		{"/mnt/with space", "bkt/sub/dir/", true},
-		{"/mnt/other", "", false},
-		{"/mnt/stacked", "", false}, // a tmpfs hides the fencefs mount
-		{"/mnt/opt", "opt-bucket", true},
-		{"/mnt/none", "", false},
-	}
-	for _, tt := range tests {
-		src, ok := parseMountSource(info, tt.mp)
-		if src != tt.wantSource || ok != tt.wantOK {
-			t.Errorf("parseMountSource(%q) = %q, %v; want %q, %v", tt.mp, src, ok, tt.wantSource, tt.wantOK)
-		}
-	}
-}
-
 func TestExitStatusOfTheCommand(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -66,7 +64,7 @@ func readStatus(mp string) (map[string]string, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%s is not a directory, so not a mountpoint", mp)
 	}
-	if ok, err := isFencefsMount(mp); err == nil && !ok {
+	if m, ok, err := mountAt(mp); err == nil && (!ok || m.FSType != fencefsType) {
 		return nil, fmt.Errorf("%s is not a fencefs mount", mp)
 	}
 	vals := map[string]string{}
@@ -86,67 +84,4 @@ func readStatus(mp string) (map[string]string, error) {
 		}
 	}
 	return vals, nil
-}
-
-// isFencefsMount reports whether mp is the mountpoint of a fuse.fencefs
-// filesystem, from /proc/self/mountinfo.
-func isFencefsMount(mp string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	mp = filepath.Clean(mp)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || unescapeMountinfo(fields[4]) != mp {
-			continue
-		}
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == "fuse.fencefs" {
-				return true, nil
-			}
-		}
-	}
-	return false, sc.Err()
-}
-
-// isMountpoint reports whether mp is a mountpoint of any filesystem.
-func isMountpoint(mp string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	mp = filepath.Clean(mp)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 && unescapeMountinfo(fields[4]) == mp {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// unescapeMountinfo decodes the octal escapes (\040 for space …) of
-// /proc/self/mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			o := s[i+1 : i+4]
-			if len(o) == 3 && o[0] >= '0' && o[0] <= '3' && o[1] >= '0' && o[1] <= '7' && o[2] >= '0' && o[2] <= '7' {
-				b.WriteByte((o[0]-'0')<<6 | (o[1]-'0')<<3 | (o[2] - '0'))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -12,20 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestUnescapeMountinfoDecodesOctalEscapes(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{`/mnt/plain`, "/mnt/plain"},
-		{`/mnt/with\040space`, "/mnt/with space"},
-		{`/mnt/tab\011x\134y`, "/mnt/tab\tx\\y"},
-		{`/mnt/trailing\04`, `/mnt/trailing\04`},
-	}
-	for _, tt := range tests {
-		if got := unescapeMountinfo(tt.in); got != tt.want {
-			t.Errorf("unescapeMountinfo(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestLogsAndMessagesNeverShowSecrets(t *testing.T) {
 	setSecrets([]string{"wJalrXUtnFEMI-secret", "ab"})
 	defer setSecrets(nil)

@@ -9,7 +9,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -22,6 +21,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/fencefs/fencefs/integration/gateway"
 	"github.com/minio/minio-go/v7"
@@ -152,11 +153,11 @@ func isAlreadyOwned(err error) bool {
 func waitMounted(mnt string, done chan error, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		b, err := os.ReadFile("/proc/self/mountinfo")
+		mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(mnt))
 		if err != nil {
 			return err
 		}
-		if bytes.Contains(b, []byte(" "+mnt+" ")) {
+		if len(mounts) > 0 {
 			return nil
 		}
 		select {

@@ -23,7 +23,6 @@
 package harness
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -36,6 +35,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/fencefs/fencefs/integration/gateway"
 )
@@ -389,65 +390,11 @@ func unmountRetry(dir string) error {
 	return fmt.Errorf("%s stayed busy; lazily unmounted", dir)
 }
 
-// isMounted reports whether dir is a mountpoint in /proc/self/mountinfo.
+// isMounted reports whether dir is a mountpoint, from /proc/self/mountinfo
+// only (never touching dir, which could hang on a frozen mount).
 func isMounted(dir string) (bool, error) {
-	mounts, err := mountpoints()
-	if err != nil {
-		return false, err
-	}
-	clean := filepath.Clean(dir)
-	for _, m := range mounts {
-		if m == clean {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// mountpoints lists every mountpoint in /proc/self/mountinfo.
-func mountpoints() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
-		if fields := strings.Fields(sc.Text()); len(fields) >= 5 {
-			out = append(out, unescapeMountinfo(fields[4]))
-		}
-	}
-	return out, sc.Err()
-}
-
-// unescapeMountinfo decodes the octal escapes (\040 for space …) of mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + byte(c-'0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(filepath.Clean(dir)))
+	return len(mounts) > 0, err
 }
 
 // Run runs the fencefs binary with args (and the gateway's environment plus
