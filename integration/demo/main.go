@@ -211,7 +211,7 @@ func printTour(bin, mnt, envFile, logPath string) {
 fencefs is mounted at %[2]s (bucket "demo", log in %[4]s). In another terminal, try:
 
   echo hi > %[2]s/a.txt && cat %[2]s/a.txt          # a file is an object
-  getfattr -d -m user.fencefs %[2]s                 # token, bucket epoch, state, holder
+  %[1]s status %[2]s                            # token, bucket epoch, state, holder (root xattrs)
   set -a; . %[3]s; set +a                            # credentials + endpoint for the CLI
   %[1]s epoch show demo                        # the bucket's epoch register
 
@@ -219,7 +219,7 @@ fencefs is mounted at %[2]s (bucket "demo", log in %[4]s). In another terminal, 
   mkdir -p /tmp/mnt-b && %[1]s mount demo /tmp/mnt-b --token auto --holder demo-b
   #   … or just raise the epoch from a script:  %[1]s epoch raise demo auto
   echo stale > %[2]s/a.txt                           # the old leader is refused: Read-only file system
-  getfattr -n user.fencefs.state %[2]s              # fenced
+  %[1]s status %[2]s                            # state fenced, and why
   fusermount3 -u /tmp/mnt-b                          # when done with the second mount
 
 Press Ctrl-C here to flush, unmount and stop the server.
