@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -103,12 +104,12 @@ func TestPeakRSSOfThisProcessIsPlausible(t *testing.T) {
 	}
 }
 
-func TestUnescapeMountinfo(t *testing.T) {
-	if got := unescapeMountinfo(`/tmp/a\040b\011c`); got != "/tmp/a b\tc" {
-		t.Errorf("got %q", got)
+func TestIsMountedSeesTheRootAndNotAPlainDirectory(t *testing.T) {
+	if ok, err := isMounted("/"); err != nil || !ok {
+		t.Errorf("isMounted(/) = %v, %v", ok, err)
 	}
-	if got := unescapeMountinfo(`/plain`); got != "/plain" {
-		t.Errorf("got %q", got)
+	if ok, err := isMounted(t.TempDir()); err != nil || ok {
+		t.Errorf("isMounted(a fresh temp dir) = %v, %v", ok, err)
 	}
 }
 
@@ -332,4 +333,58 @@ func TestCPUMeterCountsOurOwnBusyLoopAsOurs(t *testing.T) {
 		t.Error("procTicks of this busy process is 0")
 	}
 	_ = x
+}
+
+func TestRotateStartsEachRunWithTheNextTarget(t *testing.T) {
+	ts := allTargets(config{})
+	names := func(ts []target) string {
+		var n []string
+		for _, t := range ts {
+			n = append(n, t.Name())
+		}
+		return strings.Join(n, ",")
+	}
+	all := names(ts)
+	for k := 0; k < 2*len(ts); k++ {
+		r := rotate(ts, k)
+		if r[0].Name() != ts[k%len(ts)].Name() || len(r) != len(ts) {
+			t.Errorf("rotate(%d) = %s", k, names(r))
+		}
+	}
+	if names(ts) != all {
+		t.Error("rotate modified its argument")
+	}
+}
+
+func TestGoalShowsTheRunByRunRange(t *testing.T) {
+	defs := map[string]metricDef{}
+	for _, d := range metricDefs(config{}) {
+		defs[d.key] = d
+	}
+	cfg := config{LargeSize: 1 << 30, SmallCount: 10, SmallSize: 4096, DirFiles: 10, RenameFiles: 10, Runs: 3}
+	r := newResults(cfg, allTargets(cfg))
+	for i, pair := range [][2]float64{{90, 100}, {70, 100}, {95, 100}} {
+		r.add("fencefs-strict", &measurement{run: i + 1, values: map[string]float64{mSeqWrite: pair[0]}})
+		r.add("raw", &measurement{run: i + 1, values: map[string]float64{mSeqWrite: pair[1]}})
+	}
+	got, verdict := r.evaluate(goals[0], defs)
+	if got != "0.90× (runs 0.70–0.95×)" || verdict != "✓" {
+		t.Errorf("evaluate = %q %s", got, verdict)
+	}
+}
+
+func TestProblemsReportFailedRunsAndBrokenPromisesOnly(t *testing.T) {
+	r := fakeResults(map[string]map[string]float64{
+		"raw": {}, "fencefs-strict": {}, "rclone-writes": {},
+	}, map[string]int{"fencefs-strict": 2, "rclone-writes": 5})
+	r.addError("s3fs", 1, errors.New("mount failed"))
+	got := strings.Join(r.problems(), "; ")
+	for _, want := range []string{"fencefs-strict: 2 of 10 durability checks failed", "s3fs: 1 failed run(s)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("problems %q lack %q", got, want)
+		}
+	}
+	if strings.Contains(got, "rclone-writes") {
+		t.Errorf("rclone-writes promises no durability at close, yet is a problem: %q", got)
+	}
 }

@@ -77,6 +77,7 @@ type config struct {
 	CountRequests bool          // count fencefs's S3 requests per operation (its metrics endpoint)
 	QuietIdle     float64       // wait before each target run until the CPU is this idle (0 = don't)
 	QuietWait     time.Duration // … for at most this long
+	FailOnError   bool          // exit 1 when a target run failed or broke its durability promise
 	Verbose       bool
 }
 
@@ -116,7 +117,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&only, "only", "", "comma-separated targets to run (default all): "+strings.Join(targetNames(), ","))
 	fs.BoolVar(&c.Quick, "quick", false, "smoke run: small sizes, one run, no results file unless -out is given")
 	fs.StringVar(&c.Out, "out", "", `results file (default bench/results/<date>-<host>.md; "-" = none)`)
-	fs.StringVar(&c.WorkDir, "workdir", "", "directory for the gateway data, mountpoints, caches and logs (default: a new directory in /var/tmp)")
+	fs.StringVar(&c.WorkDir, "workdir", "", "directory for the gateway data, mountpoints, caches and logs (default: a new directory in /dev/shm when memory allows, else /var/tmp)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the work directory (logs) afterwards")
 	fs.IntVar(&c.CheckEvery, "check-every", 10, "check durability at close of every Nth small file (1 = every file)")
 	fs.StringVar(&partSize, "part-size", "16MiB", "raw client's multipart part size (minio-go's default)")
@@ -124,10 +125,11 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&chunk, "chunk", "1MiB", "bytes per write(2)/read(2) call on the large file")
 	fs.DurationVar(&c.TargetTimeout, "target-timeout", 20*time.Minute, "watchdog: a target run taking longer is killed")
 	fs.StringVar(&fencefsArgs, "fencefs-args", "", "extra space-separated arguments for every fencefs mount")
-	fs.StringVar(&c.PerfDir, "perf", "", "record a `perf` CPU profile of every fencefs mount per workload into this directory")
+	fs.StringVar(&c.PerfDir, "perf", "", "record a `perf` CPU profile of every fencefs mount (and the gateway) per workload into this directory")
 	fs.BoolVar(&c.CountRequests, "requests", true, "count fencefs's S3 requests per operation through its metrics endpoint")
 	fs.Float64Var(&c.QuietIdle, "quiet", 0.8, "before each target run, wait until the machine's CPUs are this idle over 2s (0 = don't wait); the idle fraction is reported")
 	fs.DurationVar(&c.QuietWait, "quiet-wait", 3*time.Minute, "longest wait for -quiet before measuring anyway")
+	fs.BoolVar(&c.FailOnError, "fail-on-error", false, "exit with status 1 when a target run fails or a target that promises durability at close breaks it (for smoke tests)")
 	fs.BoolVar(&c.Verbose, "v", false, "log every step")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -203,7 +205,7 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	if cfg.WorkDir == "" {
-		if cfg.WorkDir, err = os.MkdirTemp(defaultWorkParent(), "fencefs-bench-"); err != nil {
+		if cfg.WorkDir, err = os.MkdirTemp(defaultWorkParent(cfg), "fencefs-bench-"); err != nil {
 			return err
 		}
 	} else if err = os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
@@ -213,11 +215,17 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	defer func() {
-		if cfg.Keep || err != nil {
-			fmt.Fprintf(os.Stderr, "work directory (logs) kept at %s\n", cfg.WorkDir)
-			return
+		switch {
+		case cfg.Keep:
+			fmt.Fprintf(os.Stderr, "work directory kept at %s\n", cfg.WorkDir)
+		case err != nil:
+			// Keep the logs for the post-mortem, not the bulk (the work
+			// directory may be on tmpfs, i.e. in memory).
+			removeBulk(cfg.WorkDir)
+			fmt.Fprintf(os.Stderr, "logs kept in %s\n", cfg.WorkDir)
+		default:
+			os.RemoveAll(cfg.WorkDir)
 		}
-		os.RemoveAll(cfg.WorkDir)
 	}()
 	if cfg.PerfDir != "" {
 		if cfg.PerfDir, err = filepath.Abs(cfg.PerfDir); err != nil {
@@ -252,7 +260,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	res.Machine = describeMachine(cfg)
 	start := time.Now()
 	for r := 1; r <= cfg.Runs; r++ {
-		for _, t := range targets {
+		for _, t := range rotate(targets, r-1) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -283,7 +291,35 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 		fmt.Fprintf(os.Stderr, "results saved to %s\n", out)
 	}
+	if cfg.FailOnError {
+		if problems := res.problems(); len(problems) > 0 {
+			return fmt.Errorf("-fail-on-error: %s", strings.Join(problems, "; "))
+		}
+	}
 	return nil
+}
+
+// rotate returns targets rotated left by k: run r starts with a different
+// target, so that no target always runs right after the same one (the
+// gateway's state after a large bucket is deleted, for one, would otherwise
+// favour or penalise the same target in every run).
+func rotate(targets []target, k int) []target {
+	if len(targets) == 0 {
+		return nil
+	}
+	k %= len(targets)
+	return append(append([]target(nil), targets[k:]...), targets[:k]...)
+}
+
+// removeBulk removes the data in a work directory (the gateway's data, the
+// large source file, the mounts' caches) and keeps the logs.
+func removeBulk(dir string) {
+	os.RemoveAll(filepath.Join(dir, "gateway", "root"))
+	os.Remove(filepath.Join(dir, "large.bin"))
+	caches, _ := filepath.Glob(filepath.Join(dir, "*", "cache"))
+	for _, c := range caches {
+		os.RemoveAll(c)
+	}
 }
 
 // waitQuiet waits, up to cfg.QuietWait, until the machine's CPUs were at
@@ -310,15 +346,51 @@ func waitQuiet(ctx context.Context, cfg config) float64 {
 	}
 }
 
-// defaultWorkParent is where the work directory goes by default: /var/tmp,
-// not $TMPDIR, because the integration test harness lazily unmounts every
-// fuse.fencefs mount it finds under $TMPDIR when a test binary exits, which
-// would pull the benchmark's mounts away if tests run at the same time.
-func defaultWorkParent() string {
+// defaultWorkParent is where the work directory (gateway data, caches,
+// mountpoints) goes by default: the tmpfs /dev/shm when it and the memory
+// have room for it, so that the numbers measure the clients and not the
+// machine's disk (on a VM disk, write-back makes large writes vary by 2×
+// from run to run); else /var/tmp. Never $TMPDIR: the integration test
+// harness lazily unmounts every fuse.fencefs mount under $TMPDIR when a test
+// binary exits, which would pull the benchmark's mounts away if tests run
+// at the same time.
+func defaultWorkParent(cfg config) string {
+	// At peak: the source object, the read copy, the written object and its
+	// multipart parts, a staging file or cache, the local source file.
+	need := 7*cfg.LargeSize + int64(cfg.SmallCount)*int64(cfg.SmallSize)*4 + 1<<30
+	if free, err := freeBytes("/dev/shm"); err == nil && free >= need && memAvailable() >= need+(2<<30) {
+		return "/dev/shm"
+	}
 	if fi, err := os.Stat("/var/tmp"); err == nil && fi.IsDir() && !strings.HasPrefix("/var/tmp", os.TempDir()) {
 		return "/var/tmp"
 	}
 	return ""
+}
+
+// freeBytes is the space available to unprivileged users on the
+// filesystem holding dir.
+func freeBytes(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil
+}
+
+// memAvailable is MemAvailable from /proc/meminfo in bytes (0 if unknown).
+func memAvailable() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(rest), &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // resultsPath is where the report is saved: -out, or for a full run

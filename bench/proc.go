@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -10,45 +9,18 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
-// isMounted reports whether dir is a mountpoint in /proc/self/mountinfo.
+// isMounted reports whether dir is a mountpoint in /proc/self/mountinfo
+// (parsed, not stat'ed: a hung FUSE server must not hang the check).
 func isMounted(dir string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(filepath.Clean(dir)))
 	if err != nil {
 		return false, err
 	}
-	defer f.Close()
-	clean := filepath.Clean(dir)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent maj:min root mountpoint opts …
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 && unescapeMountinfo(fields[4]) == clean {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// unescapeMountinfo decodes the octal escapes (\040 for a space …) of
-// /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return len(mounts) > 0, nil
 }
 
 // unmount makes sure dir is not a mountpoint: fusermount3 -u a few times

@@ -148,7 +148,35 @@ func (r *results) evaluate(g goal, defs map[string]metricDef) (string, string) {
 	if math.IsNaN(ratio) {
 		return "–", "n/a"
 	}
-	return fmt.Sprintf("%.2f×", ratio), mark(ratio >= g.factor && ok)
+	s := fmt.Sprintf("%.2f×", ratio)
+	if lo, hi, n := r.pairedRange(g, defs[g.metric]); n > 1 {
+		s += fmt.Sprintf(" (runs %.2f–%.2f×)", lo, hi)
+	}
+	return s, mark(ratio >= g.factor && ok)
+}
+
+// pairedRange is the range of the goal's ratio computed run by run (run i
+// of the target against run i of the reference), and the number of pairs:
+// when it straddles the goal's factor, the verdict is within the noise.
+func (r *results) pairedRange(g goal, d metricDef) (lo, hi float64, n int) {
+	ref := map[int]float64{}
+	for _, m := range r.runs[g.ref] {
+		if v, ok := m.values[g.metric]; ok {
+			ref[m.run] = v
+		}
+	}
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, m := range r.runs[g.target] {
+		v, ok := m.values[g.metric]
+		b, okb := ref[m.run]
+		if !ok || !okb {
+			continue
+		}
+		if x := speedRatio(d, v, b); !math.IsNaN(x) {
+			lo, hi, n = min(lo, x), max(hi, x), n+1
+		}
+	}
+	return lo, hi, n
 }
 
 func mark(ok bool) string {
@@ -461,6 +489,21 @@ func (r *results) idleSummary() string {
 
 func indentLines(s string) string { return strings.ReplaceAll(s, "\n", "\n  ") }
 
+// problems lists the target runs that failed and the targets that promise
+// durability at close but did not keep it.
+func (r *results) problems() []string {
+	var out []string
+	for _, t := range r.targets {
+		if n := len(r.errors[t.Name()]); n > 0 {
+			out = append(out, fmt.Sprintf("%s: %d failed run(s)", t.Name(), n))
+		}
+		if ok, checks, failed := r.durable(t.Name()); !ok && t.DurableAtClose() {
+			out = append(out, fmt.Sprintf("%s: %d of %d durability checks failed", t.Name(), failed, checks))
+		}
+	}
+	return out
+}
+
 func (r *results) anyFailures() bool {
 	for _, t := range r.targets {
 		if ok, _, _ := r.durable(t.Name()); !ok {
@@ -488,7 +531,10 @@ func (r *results) durableString(t target) string {
 
 // method describes how the numbers were obtained.
 func method(cfg config) string {
-	return fmt.Sprintf(`- One Versity S3 gateway on 127.0.0.1 (posix backend), a fresh bucket per target and run; runs interleaved across targets.
+	return fmt.Sprintf(`- One Versity S3 gateway on 127.0.0.1 (posix backend), a fresh bucket per target and run; runs interleaved across targets,
+  each run starting with the next target (run 1: raw first, run 2: the second target first …).
+  The gateway's data and every mount's cache/staging directory are in the work directory (see Machine): on tmpfs by default,
+  so that the numbers compare the clients rather than the machine's disk.
 - Workloads are plain system calls from the benchmark process on each kernel mount, in this order: sequential read of a %[1]s object
   the mount has never seen (%[2]s read(2) calls), sequential write of a %[1]s file (%[2]s write(2) calls, open to close), %[3]d small
   files create+write+close, lstat, one readdir of their directory, read back (after posix_fadvise(DONTNEED) of each; the
@@ -500,7 +546,7 @@ func method(cfg config) string {
   SigV4 payloads) and one streaming GetObject; small files with serial signed PutObject, HeadObject, one ListObjectsV2,
   GetObject, DeleteObject; rename = CopyObject + DeleteObject (a directory: list, then each object serially).
 - fencefs: the binary in strict, fast and off mode (token auto), default options. s3fs: foreground, use_path_request_style,
-  sigv4, defaults otherwise. rclone: `+"`rclone mount`"+` with an s3 remote (provider Other), --vfs-cache-mode off or writes, defaults otherwise.
+  sigv4, tmpdir in its cache directory, defaults otherwise. rclone: `+"`rclone mount`"+` with an s3 remote (provider Other), --vfs-cache-mode off or writes, defaults otherwise.
 - "close(2) after seq write" is the part of the sequential write spent in close: the upload, for a filesystem that commits
   at close.
 - Peak RSS: VmHWM of the mount process, reset before each workload (clear_refs 5): "seq write" is the peak while writing the
@@ -587,7 +633,7 @@ func describeMachine(cfg config) []kv {
 		{"CPU", fmt.Sprintf("%d × %s", runtime.NumCPU(), cpu)},
 		{"memory", mem},
 		{"OS", distro + ", kernel " + read("/proc/sys/kernel/osrelease")},
-		{"gateway data on", first("stat", "-f", "-c", "%T", cfg.WorkDir)},
+		{"gateway data and caches on", first("stat", "-f", "-c", "%T", cfg.WorkDir) + " (" + cfg.WorkDir + ")"},
 		{"load average at start (counts tasks blocked in the kernel too)", read("/proc/loadavg")},
 		{"go", runtime.Version()},
 		{"fencefs", fencefsVersion},
@@ -603,4 +649,17 @@ func repoDir() string {
 		return root
 	}
 	return "."
+}
+
+// median returns the median of xs (NaN for none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -123,8 +123,10 @@ func allTargets(cfg config) []target {
 			if err := os.WriteFile(passwd, []byte(s.env.gw.AccessKey+":"+s.env.gw.SecretKey+"\n"), 0o600); err != nil {
 				return "", nil, nil, err
 			}
+			// tmpdir: s3fs stages writes there, like fencefs and rclone
+			// in their cache directories.
 			opts := "passwd_file=" + passwd + ",url=" + s.env.gw.Endpoint +
-				",use_path_request_style,sigv4,endpoint=" + s.env.gw.Region
+				",use_path_request_style,sigv4,endpoint=" + s.env.gw.Region + ",tmpdir=" + s.cacheDir
 			return "s3fs", []string{s.bucket, s.mountpoint, "-f", "-o", opts}, nil, nil
 		},
 	}

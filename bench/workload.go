@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -54,8 +52,8 @@ type benchEnv struct {
 	srcBucket string // holds largeReadKey, copied into each target's bucket
 }
 
-// newBenchEnv prepares the shared state: the large source file on local disk
-// and the bucket holding the object every target reads sequentially.
+// newBenchEnv prepares the shared state: the large source file in the work
+// directory and the bucket holding the object every target reads sequentially.
 func newBenchEnv(ctx context.Context, cfg config, gw *gateway.Gateway) (*benchEnv, error) {
 	e := &benchEnv{cfg: cfg, gw: gw, client: gw.Client(), srcBucket: "bench-source"}
 	var err error
@@ -356,14 +354,17 @@ func (w *workloads) countRequests(ctx context.Context, phase string, ops int) {
 	w.m.requests[phase] = perOp(w.before, after, ops)
 }
 
-// startPerf starts `perf record` on the mount process for one phase when
-// -perf is set and the target is fencefs; the returned function stops it.
+// startPerf starts `perf record` on the mount process and the gateway for
+// one phase when -perf is set and the target is fencefs; the returned
+// function stops it.
 func (w *workloads) startPerf(ctx context.Context, phase string) func() {
 	if w.env.cfg.PerfDir == "" || w.in.pid == 0 || !strings.HasPrefix(w.t.Name(), "fencefs") {
 		return func() {}
 	}
 	out := filepath.Join(w.env.cfg.PerfDir, fmt.Sprintf("%s-%s.perf.data", w.name, phase))
-	cmd := exec.Command("perf", "record", "-g", "-F", "999", "-p", fmt.Sprint(w.in.pid), "-o", out)
+	// The gateway too, so that `perf report --sort comm` shows the split.
+	pids := fmt.Sprintf("%d,%d", w.in.pid, w.env.gw.Pid())
+	cmd := exec.Command("perf", "record", "-g", "-F", "999", "-p", pids, "-o", out)
 	logf, err := os.Create(out + ".log")
 	if err == nil {
 		cmd.Stdout, cmd.Stderr = logf, logf
@@ -607,17 +608,4 @@ func (w *workloads) unlink(ctx context.Context, n int, name func(int) string) er
 	}
 	w.m.values[mUnlink] = rate
 	return nil
-}
-
-// median returns the median of xs (NaN for none).
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
