@@ -58,9 +58,16 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-## bench: measure speed and memory against the raw S3 client and peers; prints a table
+## bench: measure speed and memory against the raw S3 client and peers (s3fs, rclone mount);
+## prints a markdown table and saves it under bench/results/. BENCHFLAGS=-quick for a smoke run.
+BENCHFLAGS ?=
 bench: build $(BIN)/versitygw
-	$(GO) run ./bench -bin $(BIN)/fencefs -gateway $(BIN)/versitygw
+	@for p in s3fs rclone; do \
+	  if ! command -v $$p >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $$p with apt-get"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$p; \
+	  fi; \
+	done
+	$(GO) run ./bench -bin $(BIN)/fencefs -gateway $(BIN)/versitygw $(BENCHFLAGS)
 
 ## torture: the many-writers fencing checker, for longer (DURATION=30m)
 torture: build $(BIN)/versitygw
