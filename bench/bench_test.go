@@ -285,29 +285,36 @@ fencefs_s3_requests_total{op="put",outcome="ok"} 10
 fencefs_s3_requests_total{op="put",outcome="precondition"} 2
 fencefs_s3_requests_total{op="head",outcome="not_found"} 3
 fencefs_s3_request_duration_seconds_bucket{op="put",le="0.001"} 1
+fencefs_s3_request_duration_seconds_sum{op="put"} 0.5
+fencefs_s3_request_duration_seconds_count{op="put"} 12
 `
 	got, err := parseRequestCounts(strings.NewReader(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got["put"] != 12 || got["head"] != 3 {
+	if len(got.n) != 2 || got.n["put"] != 12 || got.n["head"] != 3 || got.secs["put"] != 0.5 {
 		t.Errorf("parseRequestCounts = %v", got)
 	}
-	per := perOp(requestCounts{"put": 2, "head": 3}, got, 5)
-	if len(per) != 1 || per["put"] != 2 {
-		t.Errorf("perOp = %v, want put 2 (head unchanged)", per)
+	before := requestCounts{n: map[string]float64{"put": 2, "head": 3}, secs: map[string]float64{"put": 0.1, "head": 0.2}}
+	per := perOp(before, got, 5)
+	if len(per) != 1 || per["put"].PerOp != 2 || math.Abs(per["put"].MeanSeconds-0.04) > 1e-9 {
+		t.Errorf("perOp = %v, want put 2 per op at 40ms (head unchanged)", per)
 	}
 }
 
 func TestRequestsTableCountsMissingKindsAsZero(t *testing.T) {
 	cfg := config{LargeSize: 1 << 30, SmallCount: 10, SmallSize: 4096, DirFiles: 10, RenameFiles: 10, Runs: 3}
 	r := newResults(cfg, allTargets(cfg))
-	for i, c := range []map[string]float64{{"put": 1, "delete": 1}, {"put": 1}, {"put": 3}} {
-		r.add("fencefs-strict", &measurement{run: i + 1, values: map[string]float64{}, requests: map[string]map[string]float64{mCreate: c}})
+	for i, c := range []map[string]reqStat{
+		{"put": {1, 0.002}, "delete": {1, 0.001}},
+		{"put": {1, 0.004}},
+		{"put": {3, 0.003}},
+	} {
+		r.add("fencefs-strict", &measurement{run: i + 1, values: map[string]float64{}, requests: map[string]map[string]reqStat{mCreate: c}})
 	}
 	var b bytes.Buffer
 	r.requestsTable(&b, metricDefs(cfg))
-	if !strings.Contains(b.String(), "| fencefs-strict | – | – | delete 0.00, put 1.00 (1.00) |") {
+	if !strings.Contains(b.String(), "| fencefs-strict | – | – | delete 0.00 @1.00ms, put 1.00 @3.00ms (1.00) |") {
 		t.Errorf("requests table:\n%s", b.String())
 	}
 }

@@ -399,21 +399,25 @@ func (r *results) requestsTable(b *bytes.Buffer, defs []metricDef) {
 		row := []string{t.Name()}
 		any := false
 		for _, d := range phases {
-			// Every run that counted the phase contributes a value for
-			// every kind (0 when it made no such request).
-			var counted []map[string]float64
-			kinds := map[string][]float64{}
+			// Every run that counted the phase contributes a count for
+			// every kind (0 when it made no such request); latencies
+			// come from the runs that made the request.
+			var counted []map[string]reqStat
+			kinds := map[string]*kindRuns{}
 			for _, m := range runs {
 				if c, ok := m.requests[d.key]; ok {
 					counted = append(counted, c)
 					for k := range c {
-						kinds[k] = nil
+						kinds[k] = &kindRuns{}
 					}
 				}
 			}
-			for k := range kinds {
+			for k, kr := range kinds {
 				for _, c := range counted {
-					kinds[k] = append(kinds[k], c[k])
+					kr.perOp = append(kr.perOp, c[k].PerOp)
+					if c[k].PerOp > 0 {
+						kr.latency = append(kr.latency, c[k].MeanSeconds)
+					}
 				}
 			}
 			if len(kinds) == 0 {
@@ -431,8 +435,9 @@ func (r *results) requestsTable(b *bytes.Buffer, defs []metricDef) {
 		return
 	}
 	b.WriteString("## S3 requests per operation (fencefs metrics, median of runs)\n\n")
-	b.WriteString("Counted by the mount itself (`fencefs_s3_requests_total`), retries included; background requests " +
-		"(intent deletions) count in the phase in which they are sent.\n\n")
+	b.WriteString("Requests of each kind per operation of the workload, with their mean latency, as counted by the mount " +
+		"itself (`fencefs_s3_requests_total`, `fencefs_s3_request_duration_seconds`), retries included; background " +
+		"requests (intent deletions) count in the phase in which they are sent.\n\n")
 	header := []string{"target"}
 	for _, d := range phases {
 		header = append(header, d.title)
@@ -440,9 +445,15 @@ func (r *results) requestsTable(b *bytes.Buffer, defs []metricDef) {
 	table(b, header, rows)
 }
 
-// requestCell formats request kinds → per-run values as "put 1, head 2 (3)",
-// kinds sorted by name, with the total.
-func requestCell(kinds map[string][]float64) string {
+// kindRuns are one request kind's per-run values in one phase.
+type kindRuns struct {
+	perOp   []float64 // requests per operation, one per run
+	latency []float64 // mean latency in seconds, runs that made the request
+}
+
+// requestCell formats request kinds as "head 2.00 @1.2ms, put 1.00 @3.4ms
+// (3.00)": medians over runs, kinds sorted by name, then the total.
+func requestCell(kinds map[string]*kindRuns) string {
 	names := make([]string, 0, len(kinds))
 	for k := range kinds {
 		names = append(names, k)
@@ -451,11 +462,23 @@ func requestCell(kinds map[string][]float64) string {
 	var parts []string
 	total := 0.0
 	for _, k := range names {
-		v := median(kinds[k])
+		v := median(kinds[k].perOp)
 		total += v
-		parts = append(parts, k+" "+num(v))
+		p := k + " " + num(v)
+		if lat := median(kinds[k].latency); !math.IsNaN(lat) {
+			p += " @" + latencyString(lat)
+		}
+		parts = append(parts, p)
 	}
 	return strings.Join(parts, ", ") + " (" + num(total) + ")"
+}
+
+// latencyString formats seconds as ms below one second.
+func latencyString(s float64) string {
+	if s < 1 {
+		return num(s*1000) + "ms"
+	}
+	return num(s) + "s"
 }
 
 // idleSummary tells how idle the machine was before the runs.

@@ -152,9 +152,9 @@ type measurement struct {
 	profiled bool    // a perf profile was recorded (numbers are perturbed)
 	idle     float64 // fraction of the machine's CPU time idle just before the run (-1 unknown)
 	other    float64 // CPUs used by other processes during the run (-1 unknown); see cpuMeter
-	// requests: phase → S3 request kind → requests per operation, for
-	// targets with a metrics endpoint
-	requests map[string]map[string]float64
+	// requests: phase → S3 request kind → requests per operation and
+	// their latency, for targets with a metrics endpoint
+	requests map[string]map[string]reqStat
 }
 
 func (m *measurement) fail(format string, args ...any) {
@@ -165,7 +165,7 @@ func (m *measurement) fail(format string, args ...any) {
 // returns what it measured; on error, the measurement holds what was measured
 // before it. Everything started is stopped before it returns.
 func (e *benchEnv) measure(ctx context.Context, t target, run int) (m *measurement, err error) {
-	m = &measurement{run: run, values: map[string]float64{}, requests: map[string]map[string]float64{}, other: -1}
+	m = &measurement{run: run, values: map[string]float64{}, requests: map[string]map[string]reqStat{}, other: -1}
 	bucket := fmt.Sprintf("bench-%s-r%d-%d", t.Name(), run, time.Now().UnixNano()%1e6)
 	scratch := filepath.Join(e.cfg.WorkDir, fmt.Sprintf("%s-r%d", t.Name(), run))
 	if err := os.MkdirAll(scratch, 0o755); err != nil {
@@ -263,7 +263,7 @@ type workloads struct {
 	bucket string
 	name   string // target-run, for profile file names
 	// before is the request count snapshot at the start of the timed part
-	// of the current phase (nil without a metrics endpoint)
+	// of the current phase (n is nil without a metrics endpoint)
 	before requestCounts
 }
 
@@ -327,7 +327,7 @@ func (w *workloads) all(ctx context.Context) error {
 // markStart records the request counters at the start of the timed part
 // of a phase; phases with an untimed setup call it again after the setup.
 func (w *workloads) markStart(ctx context.Context) {
-	w.before = nil
+	w.before = requestCounts{}
 	if w.in.metricsAddr == "" {
 		return
 	}
@@ -343,7 +343,7 @@ func (w *workloads) markStart(ctx context.Context) {
 // just ended. Requests made in the background (intent deletions) are counted
 // in the phase during which they complete.
 func (w *workloads) countRequests(ctx context.Context, phase string, ops int) {
-	if w.before == nil {
+	if w.before.n == nil {
 		return
 	}
 	after, err := scrapeRequests(ctx, w.in.metricsAddr)
