@@ -22,6 +22,7 @@ import (
 type dirNode struct {
 	fs.Inode
 	nodeBase
+	names dirNames // what the last listing showed, for lookups of absent names
 }
 
 var _ = (fs.InodeEmbedder)((*dirNode)(nil))
@@ -145,6 +146,10 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	ctx, cancel := d.fsys.opctx(ctx)
 	defer cancel()
+	if d.GetChild(name) == nil && d.knownAbsent(ctx, name) {
+		d.fsys.metrics.negativeHits.Inc()
+		return nil, syscall.ENOENT
+	}
 	r, err := d.fsys.resolve(ctx, key)
 	if err != nil {
 		return nil, d.fsys.errno("lookup", key, err)
@@ -206,17 +211,14 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 		entry objstore.Entry
 	}
 	var objs, dirs []cand
+	listed := time.Now()
+	names := map[string]struct{}{}
 	err = d.fsys.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
-		if d.fsys.isHidden(strings.TrimSuffix(e.Key, "/")) {
+		name, ok := d.fsys.listedName(prefix, e.Key, e.IsPrefix)
+		if !ok {
 			return nil
 		}
-		name := strings.TrimPrefix(e.Key, prefix)
-		if e.IsPrefix {
-			name = strings.TrimSuffix(name, "/")
-		}
-		if !validName(name) {
-			return nil
-		}
+		names[name] = struct{}{}
 		if e.IsPrefix {
 			dirs = append(dirs, cand{name, e})
 		} else {
@@ -227,6 +229,7 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, d.fsys.errno("readdir", prefix, err)
 	}
+	d.names.set(listed, names)
 
 	// Decide the uncertain entries (possible tombstones, prefixes that may
 	// hold only tombstones) in parallel.
@@ -379,6 +382,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	n.openCount = 1
 	n.mu.Unlock()
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
+	d.names.add(name)
 	n.fillAttr(&out.Attr)
 	return ch, &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0}, 0, 0
 }
@@ -408,6 +412,7 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 	}
 	n := newFileNode(d.fsys, mergeInfo(info, key, 0, meta))
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
+	d.names.add(name)
 	n.fillAttr(&out.Attr)
 	return ch, 0
 }
@@ -424,12 +429,18 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	defer cancel()
 	marker := key + "/"
 	meta := encodeAttr(newAttr(ctx, kindDir, mode), nil)
+	start := time.Now()
 	info, err := d.fsys.createEmpty(ctx, marker, meta)
 	if err != nil {
 		return nil, d.fsys.errno("mkdir", marker, err)
 	}
 	n := newDirNode(d.fsys, mergeInfo(info, marker, 0, meta))
+	// The kernel looked the name up (absent: no object, marker or object
+	// below it) before asking, and the marker was created on absence: the
+	// new directory is known empty.
+	n.names.set(start, map[string]struct{}{})
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFDIR})
+	d.names.add(name)
 	n.fillAttr(&out.Attr)
 	return ch, 0
 }
@@ -461,6 +472,7 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	n := newSymlinkNode(d.fsys, mergeInfo(info, key, int64(len(body)), meta))
 	n.target, n.targetETag = target, n.info.ETag
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFLNK})
+	d.names.add(name)
 	n.fillAttr(&out.Attr)
 	return ch, 0
 }

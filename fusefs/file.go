@@ -388,6 +388,15 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 	if pending {
 		info, err = n.fsys.createRetry(ctx, key, put)
 		if errors.Is(err, errExist) {
+			// Another client created the name first: this file can never
+			// be stored there. Like an unlinked file it stays readable
+			// through its open handles, but the name now shows the other
+			// object, and later writes are dropped.
+			n.mu.Lock()
+			n.unlinked = true
+			n.setCleanLocked()
+			n.mu.Unlock()
+			n.forgetName()
 			err = fmt.Errorf("%w: %v", fencing.ErrStale, err)
 		}
 	} else {
@@ -411,6 +420,22 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// forgetName asks the kernel to drop its cached directory entry of the
+// node, so that the next lookup of the name asks us (and finds what the
+// store holds). Sent from a goroutine: an entry notification waits for the
+// directory's lock, which the request being served may hold.
+func (n *fileNode) forgetName() {
+	name, parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	go func() {
+		if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
+			n.fsys.log.Debug("cannot invalidate a kernel directory entry", "name", name, "errno", errno)
+		}
+	}()
 }
 
 // contentMeta is the metadata kept when the content is rewritten: everything

@@ -10,9 +10,12 @@ import (
 // metrics are the filesystem's Prometheus metrics. The zero value (no
 // Registerer) records nothing.
 type metrics struct {
-	errs       *prometheus.CounterVec
-	latency    *prometheus.HistogramVec
-	collectors []prometheus.Collector
+	errs    *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+	// negativeHits counts lookups answered ENOENT from a directory's
+	// listing without a request (dirNames).
+	negativeHits prometheus.Counter
+	collectors   []prometheus.Collector
 }
 
 func newMetrics(fsys *filesystem) *metrics {
@@ -22,9 +25,14 @@ func newMetrics(fsys *filesystem) *metrics {
 		Help: "FUSE operations that failed, by errno.",
 	}, []string{"errno"})
 	m.latency = newLatencyHistogram()
+	m.negativeHits = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fencefs", Subsystem: "fuse", Name: "negative_lookup_hits_total",
+		Help: "Lookups of absent names answered from the directory's last listing (or this mount's own creations) without a request.",
+	})
 	m.collectors = []prometheus.Collector{
 		m.errs,
 		m.latency,
+		m.negativeHits,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencefs", Subsystem: "fuse", Name: "dirty_files",
 			Help: "Files with local changes not yet committed to the bucket.",

@@ -47,6 +47,9 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()
 		err = d.rename(ctx, name, srcKey, np, newName, dstKey, flags&unix.RENAME_NOREPLACE != 0)
+		if err == nil {
+			np.names.add(newName)
+		}
 	}
 	return d.fsys.errno("rename", srcKey+" -> "+dstKey, err)
 }

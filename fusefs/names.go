@@ -1,0 +1,149 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// maxKnownNames is the largest directory whose listing is kept to answer
+// lookups of absent names, and refreshed with one LIST when it expires: one
+// page of a ListObjectsV2 response.
+const maxKnownNames = 1000
+
+// maxOwnNames bounds the names this mount remembers creating in one
+// directory (about 100 bytes each); past it the directory's knowledge is
+// dropped and lookups ask the store.
+const maxOwnNames = 100_000
+
+// dirNames is what this mount knows of the names in one directory: every
+// name its last listing showed (files, tombstones and subdirectories alike)
+// plus every name this mount created there since. A lookup of a name that is
+// not in the set, while the knowledge is younger than Options.EntryTTL, is
+// answered ENOENT without a request: creating files in a directory costs no
+// HEAD/LIST per file (issue 8). It is the kernel's promise for negative
+// entries (a name found absent is believed absent for EntryTTL), with the
+// absence of every unlisted name established by one listing instead of one
+// lookup each; never a weaker write condition: a create is still
+// conditioned on the key's absence at the storage.
+//
+// Names removed by this mount stay in the set (a lookup then asks the
+// store); the set only ever errs on the side of asking.
+type dirNames struct {
+	mu    sync.Mutex
+	at    time.Time           // GUARDED_BY(mu): when the listing was started; zero = nothing known
+	names map[string]struct{} // GUARDED_BY(mu): the listing's names; nil = none usable
+	// own holds the names this mount created in the directory, kept across
+	// listings: a listing that raced with a create (or ran before a created
+	// file was first committed) may lack the name.
+	own map[string]struct{} // GUARDED_BY(mu)
+	big bool                // GUARDED_BY(mu): too many names to keep
+}
+
+// set records a listing started at at.
+func (k *dirNames) set(at time.Time, names map[string]struct{}) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if at.Before(k.at) {
+		return // an older listing finishing late
+	}
+	k.at, k.names, k.big = at, names, len(names) > maxKnownNames
+	if k.big {
+		k.names, k.own = nil, nil
+	}
+}
+
+// add records a name this mount created (a file, directory, symlink or a
+// rename target). Without it, a name created after the listing would read as
+// absent once its inode is forgotten.
+func (k *dirNames) add(name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.big || k.at.IsZero() {
+		return
+	}
+	if k.own == nil {
+		k.own = map[string]struct{}{}
+	}
+	k.own[name] = struct{}{}
+	if len(k.own) > maxOwnNames {
+		k.names, k.own, k.big = nil, nil, true
+	}
+}
+
+// absent reports whether name is known to be absent as of less than ttl
+// ago. fresh reports whether the knowledge itself is that young; refresh
+// whether a stale one is worth renewing with a listing.
+func (k *dirNames) absent(name string, ttl time.Duration) (absent, fresh, refresh bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.names == nil {
+		return false, false, !k.big && !k.at.IsZero()
+	}
+	if time.Since(k.at) >= ttl {
+		return false, false, true
+	}
+	_, listed := k.names[name]
+	_, created := k.own[name]
+	return !listed && !created, true, false
+}
+
+// listNames lists the raw names directly below prefix (one LIST with
+// delimiter "/"), stopping after maxKnownNames+1 names. Hidden and invalid
+// names are left out: lookups never reach the store for them.
+func (fsys *filesystem) listNames(ctx context.Context, prefix string) (map[string]struct{}, error) {
+	names := map[string]struct{}{}
+	err := fsys.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
+		if name, ok := fsys.listedName(prefix, e.Key, e.IsPrefix); ok {
+			names[name] = struct{}{}
+			if len(names) > maxKnownNames {
+				return errStopList
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errStopList) {
+		err = nil
+	}
+	return names, err
+}
+
+// listedName is the directory entry name of a listed key below prefix, or
+// false for the marker itself, hidden keys and names the kernel cannot show.
+func (fsys *filesystem) listedName(prefix, key string, isPrefix bool) (string, bool) {
+	if fsys.isHidden(strings.TrimSuffix(key, "/")) {
+		return "", false
+	}
+	name := strings.TrimPrefix(key, prefix)
+	if isPrefix {
+		name = strings.TrimSuffix(name, "/")
+	}
+	return name, validName(name)
+}
+
+// knownAbsent answers a lookup of name in d from the directory's name
+// knowledge, renewing it with one LIST when it expired and the directory is
+// small. It reports false whenever the store must be asked.
+func (d *dirNode) knownAbsent(ctx context.Context, name string) bool {
+	ttl := d.fsys.opts.EntryTTL
+	absent, fresh, refresh := d.names.absent(name, ttl)
+	if fresh || !refresh {
+		return absent
+	}
+	prefix, err := d.dirKey()
+	if err != nil {
+		return false
+	}
+	start := time.Now()
+	names, err := d.fsys.listNames(ctx, prefix)
+	if err != nil {
+		return false // the lookup itself reports the store's error
+	}
+	d.names.set(start, names)
+	absent, _, _ = d.names.absent(name, ttl)
+	return absent
+}
