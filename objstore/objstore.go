@@ -134,6 +134,13 @@ type Entry struct {
 	LastModified time.Time
 }
 
+// Part is one uploaded part of a multipart upload.
+type Part struct {
+	Number int    // 1-based part number
+	Size   int64  // bytes
+	ETag   string // unquoted, as the store returned it (the MD5 of the part on S3)
+}
+
 // Upload is an incomplete multipart upload, as listed for garbage collection.
 type Upload struct {
 	Key       string
@@ -170,6 +177,27 @@ type Store interface {
 	// for each common prefix when delim is non-empty. An error from fn stops
 	// the listing and is returned.
 	List(ctx context.Context, prefix, delim string, fn func(Entry) error) error
+	// CreateUpload starts a multipart upload of key that the caller fills
+	// piecewise (UploadPart) while the content is still being produced, and
+	// publishes with CompleteUpload. It stores opts.Meta and
+	// opts.ContentType; opts.Cond, Shape and Parts are ignored (the
+	// condition is CompleteUpload's). The upload is invisible until
+	// completed; an abandoned one is found by ListUploads.
+	CreateUpload(ctx context.Context, key string, opts PutOptions) (uploadID string, err error)
+	// UploadPart uploads n bytes of body from offset off as part number
+	// (1..MaxParts) of the upload, with Put's payload integrity check.
+	// body must not change during the call. Every part but the last must
+	// be at least MinPartSize bytes (checked by CompleteUpload). A number
+	// uploaded again replaces the earlier part. ErrConflict when the upload
+	// is gone.
+	UploadPart(ctx context.Context, key, uploadID string, number int, body io.ReaderAt, off, n int64) (Part, error)
+	// CompleteUpload publishes parts (in ascending number order) as key,
+	// atomically with cond. The returned info has Key, Size, ETag and
+	// LastModified, not Meta. A refused condition (ErrPrecondition) or
+	// another failure leaves the upload in place: the caller retries or
+	// aborts it. ErrConflict when the upload is gone (aborted by someone
+	// else); ErrInvalid for a part list the store refuses.
+	CompleteUpload(ctx context.Context, key, uploadID string, parts []Part, cond Condition) (ObjectInfo, error)
 	// ListUploads calls fn for each incomplete multipart upload under prefix.
 	ListUploads(ctx context.Context, prefix string, fn func(Upload) error) error
 	// AbortUpload aborts an incomplete multipart upload.

@@ -70,6 +70,11 @@ const (
 	OpList        Op = "list"
 	OpListUploads Op = "list-uploads"
 	OpAbortUpload Op = "abort-upload"
+	// The piecewise multipart upload (CreateUpload, UploadPart,
+	// CompleteUpload). Put's own multipart uploads are one OpPut.
+	OpCreateUpload   Op = "create-upload"
+	OpUploadPart     Op = "upload-part"
+	OpCompleteUpload Op = "complete-upload"
 )
 
 // Phase tells whether a hook runs before or after the operation applies.
@@ -146,6 +151,7 @@ type Store struct {
 	mu      sync.Mutex
 	objects map[string]*object         // GUARDED_BY(mu)
 	uploads map[string]objstore.Upload // by upload id; GUARDED_BY(mu)
+	pending map[string]*pendingUpload  // state of CreateUpload's uploads, by id; GUARDED_BY(mu)
 	nextID  int                        // GUARDED_BY(mu)
 	hook    Hook                       // GUARDED_BY(mu)
 }
@@ -162,7 +168,7 @@ func NewWithOptions(o Options) *Store {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Store{opts: o, objects: map[string]*object{}, uploads: map[string]objstore.Upload{}}
+	return &Store{opts: o, objects: map[string]*object{}, uploads: map[string]objstore.Upload{}, pending: map[string]*pendingUpload{}}
 }
 
 // Sizing reports how the store splits uploads (see objstore.Sizing).
@@ -543,6 +549,7 @@ func (s *Store) AbortUpload(ctx context.Context, key, uploadID string) error {
 		ev.Err = fmt.Errorf("abort upload %q of %q: %w", uploadID, key, objstore.ErrNotFound)
 	} else {
 		delete(s.uploads, uploadID)
+		delete(s.pending, uploadID)
 	}
 	s.mu.Unlock()
 	return s.after(ctx, ev)

@@ -2,9 +2,7 @@ package s3
 
 import (
 	"context"
-	"crypto/md5"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -90,28 +88,31 @@ func putOptions(meta map[string]string, ct string, cond objstore.Condition) mini
 	return o
 }
 
-// hashes returns the base64 MD5 and hex SHA-256 of n bytes of r.
-func hashes(r io.Reader, n int64) (md5b64, sha256hex string, err error) {
-	hm, hs := md5.New(), sha256.New()
-	got, err := io.Copy(io.MultiWriter(hm, hs), io.LimitReader(r, n))
+// payloadHash returns the hex SHA-256 of n bytes of r: the signed payload
+// hash the server checks the body against. (No Content-MD5: the SHA-256
+// already makes the server refuse a body that is not the one hashed, and
+// MD5 cost a second pass of CPU on every upload; docs/DECISIONS.md.)
+func payloadHash(r io.Reader, n int64) (string, error) {
+	hs := sha256.New()
+	got, err := io.Copy(hs, io.LimitReader(r, n))
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	if got != n {
-		return "", "", fmt.Errorf("%w: %d of %d bytes", errBodyShort, got, n)
+		return "", fmt.Errorf("%w: %d of %d bytes", errBodyShort, got, n)
 	}
-	return base64.StdEncoding.EncodeToString(hm.Sum(nil)), hex.EncodeToString(hs.Sum(nil)), nil
+	return hex.EncodeToString(hs.Sum(nil)), nil
 }
 
 func (s *Store) putPlain(ctx context.Context, key string, body io.ReaderAt, size int64, opts objstore.PutOptions) (string, error) {
-	md5b64, sha, err := hashes(io.NewSectionReader(body, 0, size), size)
+	sha, err := payloadHash(io.NewSectionReader(body, 0, size), size)
 	if err != nil {
 		return "", s.classify(err, "hash", key)
 	}
 	po := putOptions(opts.Meta, opts.ContentType, opts.Cond)
 	var etag string
 	err = s.call(ctx, "put", true, func(ctx context.Context) error {
-		info, err := s.core.PutObject(ctx, s.cfg.Bucket, key, io.NewSectionReader(body, 0, size), size, md5b64, sha, po)
+		info, err := s.core.PutObject(ctx, s.cfg.Bucket, key, io.NewSectionReader(body, 0, size), size, "", sha, po)
 		if err != nil {
 			return asPrecondition(s.classify(err, "put", key), opts.Cond)
 		}
@@ -123,7 +124,7 @@ func (s *Store) putPlain(ctx context.Context, key string, body io.ReaderAt, size
 }
 
 func (s *Store) uploadPart(ctx context.Context, key, uploadID string, part int, r *io.SectionReader, n int64) (minio.CompletePart, error) {
-	md5b64, sha, err := hashes(r, n)
+	sha, err := payloadHash(r, n)
 	if err != nil {
 		return minio.CompletePart{}, s.classify(err, "hash", key)
 	}
@@ -133,7 +134,7 @@ func (s *Store) uploadPart(ctx context.Context, key, uploadID string, part int, 
 			return s.classify(err, "hash", key)
 		}
 		p, err := s.core.PutObjectPart(ctx, s.cfg.Bucket, key, uploadID, part, r, n, minio.PutObjectPartOptions{
-			Md5Base64: md5b64, Sha256Hex: sha, DisableContentSha256: true,
+			Sha256Hex: sha, DisableContentSha256: true,
 		})
 		if err != nil {
 			return s.classify(err, "upload part", key)

@@ -12,7 +12,7 @@
 //     on the PutObject or on CompleteMultipartUpload. A failed Complete's
 //     upload is aborted.
 //   - Every PutObject and UploadPart is sent with its SHA-256 in the signed
-//     x-amz-content-sha256 header and a Content-MD5: never UNSIGNED-PAYLOAD
+//     x-amz-content-sha256 header (no Content-MD5): never UNSIGNED-PAYLOAD
 //     and never a streaming (aws-chunked) body, so a client dying mid-body
 //     can never publish a truncated object (the pinned Versity gateway
 //     publishes truncated UNSIGNED-PAYLOAD bodies, even on conditional
