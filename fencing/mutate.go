@@ -276,6 +276,8 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 			}
 		case errors.Is(err, errNoFreshShape):
 			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: %w", m.op, m.key, err)
+		case errors.Is(err, ErrStreamChanged):
+			return objstore.ObjectInfo{}, err // nothing was sent; the caller uses Put
 		case ctx.Err() != nil:
 			definitive = false
 			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: outcome unknown: %w", m.op, m.key, err)
