@@ -47,7 +47,9 @@ type fileNode struct {
 	gen       uint64 // bumped by every local change; a commit clears dirty only if unchanged
 	unlinked  bool   // unlinked or replaced: commits are dropped
 	openCount int
-	keepETag  string // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
+	keepETag  string        // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
+	up        *streamUpload // the staged content's upload in progress (stream.go); nil if none
+	noStream  bool          // a stream was dropped: none until the next commit
 }
 
 var _ = (fs.InodeEmbedder)((*fileNode)(nil))
@@ -266,6 +268,7 @@ func (n *fileNode) baseLocked() fencing.Version {
 
 // LOCKS_REQUIRED(n.mu)
 func (n *fileNode) setCleanLocked() {
+	n.noStream = false
 	if n.dirty {
 		n.dirty = false
 		n.fsys.dirtyFiles.Add(-1)
@@ -284,10 +287,11 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 	if err := n.ensureStageLocked(ctx, -1); err != nil {
 		return 0, err
 	}
+	n.mu.Lock()
+	prev := n.size
+	n.mu.Unlock()
 	if off < 0 {
-		n.mu.Lock()
-		off = n.size
-		n.mu.Unlock()
+		off = prev
 	}
 	w, err := n.stage.WriteAt(data, off)
 	n.mu.Lock()
@@ -302,9 +306,13 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 		prep = n.markDirtyLocked()
 	}
 	base := n.baseLocked()
+	size := n.size
 	n.mu.Unlock()
 	if prep {
 		n.fsys.prepare(key, base)
+	}
+	if w > 0 || err != nil {
+		n.streamWriteLocked(key, off, off+int64(w), prev, size)
 	}
 	if err != nil {
 		return uint32(w), fmt.Errorf("write staging file: %w", err)
@@ -328,6 +336,9 @@ func (n *fileNode) truncate(ctx context.Context, size int64) error {
 		return fmt.Errorf("truncate staging file: %w", err)
 	}
 	n.mu.Lock()
+	if n.up != nil && n.up.touches(size) {
+		n.dropStreamLocked()
+	}
 	n.fsys.stagingBytes.Add(size - n.size)
 	n.size = size
 	now := time.Now()
@@ -385,22 +396,34 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 	var info objstore.ObjectInfo
 	var err error
 	start := time.Now()
-	if pending {
-		info, err = n.fsys.createRetry(ctx, key, put)
-		if errors.Is(err, errExist) {
-			// Another client created the name first: this file can never
-			// be stored there. Like an unlinked file it stays readable
-			// through its open handles, but the name now shows the other
-			// object, and later writes are dropped.
-			n.mu.Lock()
-			n.unlinked = true
-			n.setCleanLocked()
-			n.mu.Unlock()
-			n.forgetName()
-			err = fmt.Errorf("%w: %v", fencing.ErrStale, err)
+	streamed := false
+	if n.stage != nil && size > 0 {
+		info, streamed, err = n.commitStream(ctx, key, size, meta)
+		if streamed && err == nil {
+			meta = streamMeta(meta)
 		}
-	} else {
+		if streamed && pending && errors.Is(err, fencing.ErrStale) {
+			err = fmt.Errorf("%w: %s was created concurrently (%v)", errExist, key, err)
+		}
+	}
+	switch {
+	case streamed:
+	case pending:
+		info, err = n.fsys.createRetry(ctx, key, put)
+	default:
 		info, err = put(base)
+	}
+	if pending && errors.Is(err, errExist) {
+		// Another client created the name first: this file can never be
+		// stored there. Like an unlinked file it stays readable through
+		// its open handles, but the name now shows the other object, and
+		// later writes are dropped.
+		n.mu.Lock()
+		n.unlinked = true
+		n.setCleanLocked()
+		n.mu.Unlock()
+		n.forgetName()
+		err = fmt.Errorf("%w: %v", fencing.ErrStale, err)
 	}
 	if err != nil {
 		return fmt.Errorf("commit %s: %w", key, err)
@@ -500,6 +523,10 @@ func (n *fileNode) dropStage() {
 		}
 	}
 	n.setCleanLocked()
+	if n.up != nil {
+		n.up.drop()
+		n.up = nil
+	}
 	if n.stage != nil {
 		n.stage.Close()
 		n.stage = nil
@@ -730,11 +757,11 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	h.mu.Unlock()
 	ctx, cancel := n.fsys.opctx(ctx)
 	defer cancel()
-	nr, err := rd.readAt(ctx, key, dest[:want], off)
+	res, err := rd.read(ctx, key, dest[:want], off)
 	if err != nil {
 		return nil, n.fsys.errno("read", key, err)
 	}
-	return fuse.ReadResultData(dest[:nr]), 0
+	return res, 0
 }
 
 func (h *fileHandle) closeReader() {

@@ -39,6 +39,9 @@ type filesystem struct {
 	cancel    context.CancelFunc
 	metrics   *metrics
 	root      *dirNode
+	// uploadSlots bounds the parts of streamed uploads in flight
+	// (Options.UploadConcurrency): send to take a slot.
+	uploadSlots chan struct{}
 
 	// Counters for metrics (atomic).
 	dirtyFiles   atomic.Int64
@@ -66,6 +69,8 @@ func newFilesystem(opts Options, stageDir string) *filesystem {
 		ctx:    ctx,
 		cancel: cancel,
 		staged: map[*fileNode]struct{}{},
+
+		uploadSlots: make(chan struct{}, opts.UploadConcurrency),
 	}
 	fsys.metrics = newMetrics(fsys)
 	return fsys

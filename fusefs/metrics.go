@@ -15,7 +15,10 @@ type metrics struct {
 	// negativeHits counts lookups answered ENOENT from a directory's
 	// listing without a request (dirNames).
 	negativeHits prometheus.Counter
-	collectors   []prometheus.Collector
+	// streamed counts commits of files uploaded while written, by result:
+	// committed, fallback (uploaded whole with Put instead), failed.
+	streamed   *prometheus.CounterVec
+	collectors []prometheus.Collector
 }
 
 func newMetrics(fsys *filesystem) *metrics {
@@ -29,8 +32,13 @@ func newMetrics(fsys *filesystem) *metrics {
 		Namespace: "fencefs", Subsystem: "fuse", Name: "negative_lookup_hits_total",
 		Help: "Lookups of absent names answered from the directory's last listing (or this mount's own creations) without a request.",
 	})
+	m.streamed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "fencefs", Subsystem: "fuse", Name: "streamed_commits_total",
+		Help: "Commits of large files whose parts were uploaded while they were written, by result (committed; fallback: uploaded whole instead; failed).",
+	}, []string{"result"})
 	m.collectors = []prometheus.Collector{
 		m.errs,
+		m.streamed,
 		m.latency,
 		m.negativeHits,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

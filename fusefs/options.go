@@ -25,6 +25,8 @@ type Guard interface {
 	Bind(ctx context.Context, token uint64) (uint64, error)
 	Status() fencing.Status
 	PrepareBase(key string, base fencing.Version)
+	StartStream(ctx context.Context, key string, base fencing.Version, meta fencing.Meta) (*fencing.Stream, error)
+	CommitStream(ctx context.Context, s *fencing.Stream, parts []objstore.Part, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Put(ctx context.Context, key string, body io.ReaderAt, size int64, base fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Copy(ctx context.Context, src, srcETag, dst string, dstBase fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Delete(ctx context.Context, key string, base fencing.Version) error
@@ -74,6 +76,9 @@ type Options struct {
 	// FsName is the source shown in /proc/mounts (default "fencefs"); the
 	// type is always fuse.fencefs.
 	FsName string
+	// UploadConcurrency is how many parts of files being written are
+	// uploaded at once, over all files (default 4).
+	UploadConcurrency int
 	// HonorInterrupts lets a signal to the calling process cancel its
 	// read-only requests (lookup, read, readdir…), which then fail with
 	// EINTR. Mutations (close, fsync, mkdir, rename…) are never abandoned:
@@ -112,6 +117,9 @@ func (o *Options) normalize() error {
 	}
 	if o.FileMode&^os.ModePerm != 0 || o.DirMode&^os.ModePerm != 0 {
 		return fmt.Errorf("fusefs: FileMode/DirMode must be permission bits only")
+	}
+	if o.UploadConcurrency <= 0 {
+		o.UploadConcurrency = 4
 	}
 	if o.FsName == "" {
 		o.FsName = "fencefs"
