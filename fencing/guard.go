@@ -66,7 +66,10 @@ type Guard struct {
 	vPending *valRound // round callers join; not started yet; GUARDED_BY(vmu)
 	vRunning bool      // a round goroutine is running; GUARDED_BY(vmu)
 
-	delSem chan struct{} // bounds concurrent intent deletions
+	// Settled intents waiting to be deleted, in batches (DeleteMany) by one
+	// flusher goroutine at a time.
+	delQueue   []string // GUARDED_BY(mu)
+	delRunning bool     // a flusher is running; GUARDED_BY(mu)
 }
 
 // tokenState is what a mutation captured at its start.
@@ -129,7 +132,6 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 		state:   StateUnbound,
 		changed: make(chan struct{}),
 		intents: map[string]*keyIntent{},
-		delSem:  make(chan struct{}, 4),
 	}
 	if cfg.Mode == ModeOff {
 		g.state = StateOff
@@ -518,14 +520,8 @@ func (g *Guard) Close(ctx context.Context) error {
 		delete(g.intents, k)
 	}
 	g.mu.Unlock()
-	var errs []error
-	for _, n := range names {
-		if err := g.store.Delete(ctx, n, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("closing the fencing guard: deleting intents: %w", errors.Join(errs...))
+	if err := g.store.DeleteMany(ctx, names); err != nil {
+		return fmt.Errorf("closing the fencing guard: deleting intents: %w", err)
 	}
 	return nil
 }

@@ -138,22 +138,56 @@ func (g *Guard) dropIdle(ki *keyIntent, gen int) {
 		return
 	}
 	delete(g.intents, ki.key)
-	written := ki.writtenOnce
-	g.wg.Add(1)
+	if ki.writtenOnce {
+		g.queueDeleteLocked(ki.name)
+	}
 	g.mu.Unlock()
-	go func() {
-		defer g.wg.Done()
-		if !written {
+}
+
+// deleteBatchDelay is how long the intent-deletion flusher waits for more
+// settled intents before sending a batch: intents of files written in a
+// burst go in one DeleteObjects request instead of one DELETE each.
+const deleteBatchDelay = 50 * time.Millisecond
+
+// queueDeleteLocked queues the deletion of intent object name, starting
+// the flusher if none runs. LOCKS_REQUIRED(g.mu)
+func (g *Guard) queueDeleteLocked(name string) {
+	g.delQueue = append(g.delQueue, name)
+	if g.delRunning {
+		return
+	}
+	g.delRunning = true
+	g.wg.Add(1)
+	go g.flushDeletes()
+}
+
+// flushDeletes deletes queued intents in batches until the queue stays
+// empty. A failed batch is left to gc and to the next takeover sweep,
+// which remove settled intents too.
+func (g *Guard) flushDeletes() {
+	defer g.wg.Done()
+	for {
+		t := time.NewTimer(deleteBatchDelay)
+		select {
+		case <-t.C:
+		case <-g.bg.Done():
+			t.Stop()
+		}
+		g.mu.Lock()
+		names := g.delQueue
+		g.delQueue = nil
+		if len(names) == 0 {
+			g.delRunning = false
+			g.mu.Unlock()
 			return
 		}
-		g.delSem <- struct{}{}
-		defer func() { <-g.delSem }()
+		g.mu.Unlock()
 		ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
-		defer cancel()
-		if err := g.store.Delete(ctx, ki.name, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
-			g.log.Debug("deleting a settled intent failed; gc or the next sweep removes it", "intent", ki.name, "err", err)
+		if err := g.store.DeleteMany(ctx, names); err != nil {
+			g.log.Debug("deleting settled intents failed; gc or the next sweep removes them", "intents", len(names), "err", err)
 		}
-	}()
+		cancel()
+	}
 }
 
 // dropAllIntents forgets every live intent (after a rebind their names are

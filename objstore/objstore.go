@@ -173,6 +173,10 @@ type Store interface {
 	// condition succeeds (S3 semantics). Some backends ignore conditions on
 	// DELETE; the probe detects that (see Capabilities.ConditionalDelete).
 	Delete(ctx context.Context, key string, cond Condition) error
+	// DeleteMany removes keys unconditionally, in as few requests as the
+	// store allows (S3 DeleteObjects: up to 1000 keys each). Missing keys
+	// count as deleted. The error joins the failures of single keys.
+	DeleteMany(ctx context.Context, keys []string) error
 	// List calls fn for each object under prefix in lexical key order, and
 	// for each common prefix when delim is non-empty. An error from fn stops
 	// the listing and is returned.

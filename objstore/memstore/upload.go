@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -144,4 +145,15 @@ func (s *Store) CompleteUpload(ctx context.Context, key, uploadID string, parts 
 		return objstore.ObjectInfo{}, err
 	}
 	return ev.Info, nil
+}
+
+// DeleteMany implements objstore.Store: one OpDelete hook event per key.
+func (s *Store) DeleteMany(ctx context.Context, keys []string) error {
+	var errs []error
+	for _, k := range keys {
+		if err := s.Delete(ctx, k, objstore.Condition{}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -242,3 +242,40 @@ func (s *Store) AbortUpload(ctx context.Context, key, uploadID string) error {
 		return s.classify(s.core.AbortMultipartUpload(ctx, s.cfg.Bucket, key, uploadID), "abort upload", key)
 	})
 }
+
+// DeleteMany implements objstore.Store with DeleteObjects requests (up to
+// 1000 keys each, sent by minio-go).
+func (s *Store) DeleteMany(ctx context.Context, keys []string) error {
+	for _, k := range keys {
+		if err := objstore.ValidateKey(k); err != nil {
+			return err
+		}
+	}
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), 1000)]
+		keys = keys[len(batch):]
+		err := s.call(ctx, "delete_many", true, func(ctx context.Context) error {
+			ch := make(chan minio.ObjectInfo, len(batch))
+			for _, k := range batch {
+				ch <- minio.ObjectInfo{Key: k}
+			}
+			close(ch)
+			var errs []error
+			for r := range s.core.RemoveObjectsWithResult(ctx, s.cfg.Bucket, ch, minio.RemoveObjectsOptions{}) {
+				if r.Err != nil {
+					if e := s.classify(r.Err, "delete", r.ObjectName); !errors.Is(e, objstore.ErrNotFound) {
+						errs = append(errs, e)
+					}
+				}
+			}
+			if len(errs) > 0 {
+				return errs[0] // classified: call decides on a retry
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 		{"ConditionalCompleteMultipart", testConditionalComplete},
 		{"PiecewiseUploadPublishesOnConditionalComplete", testPiecewiseUpload},
 		{"ConditionalDelete", testConditionalDelete},
+		{"DeleteManyRemovesEveryKey", testDeleteMany},
 		{"CopyChecksSourceETag", testCopySource},
 		{"CopyDestinationIsConditional", testCopyDest},
 		{"CopyInPlaceChangesTheETagShape", testCopyInPlace},
@@ -454,6 +455,28 @@ func testPiecewiseUpload(t *testing.T, ctx context.Context, s objstore.Store) {
 	wantErr(t, "Complete of an aborted upload", err, objstore.ErrConflict)
 	wantMissing(t, ctx, s, "pw2")
 	assertNoUploads(t, ctx, s, "")
+}
+
+func testDeleteMany(t *testing.T, ctx context.Context, s objstore.Store) {
+	var keys []string
+	for i := range 1005 { // more than one DeleteObjects request
+		k := fmt.Sprintf("dm/%04d", i)
+		keys = append(keys, k)
+		if i%100 == 0 {
+			MustPut(t, ctx, s, k, []byte("x"), objstore.PutOptions{})
+		}
+	}
+	keep := MustPut(t, ctx, s, "dm-keep", []byte("keep"), objstore.PutOptions{})
+	if err := s.DeleteMany(ctx, keys); err != nil {
+		t.Fatalf("DeleteMany (missing keys count as deleted): %v", err)
+	}
+	for i := 0; i < len(keys); i += 100 {
+		wantMissing(t, ctx, s, keys[i])
+	}
+	wantContent(t, ctx, s, "dm-keep", []byte("keep"), keep.ETag)
+	if err := s.DeleteMany(ctx, nil); err != nil {
+		t.Fatalf("DeleteMany of nothing: %v", err)
+	}
 }
 
 func testConditionalDelete(t *testing.T, ctx context.Context, s objstore.Store) {
