@@ -46,6 +46,12 @@ type Options struct {
 	// Log receives the gateway's stdout/stderr; nil means a file gateway.log
 	// in Dir.
 	Log *os.File
+	// CloseConnections runs the gateway without HTTP keep-alive (its own
+	// default): every request then opens a new TCP connection. By default
+	// connections are kept alive, as AWS S3, MinIO and Ceph RGW do, so that
+	// clients' connection reuse (and its failure modes) is what tests and
+	// benchmarks see.
+	CloseConnections bool
 }
 
 // Gateway is a running gateway process. Stop it with Stop.
@@ -174,7 +180,7 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 			}
 			port = p
 		}
-		err := g.launch(ctx, bin, root, port, opts.Log)
+		err := g.launch(ctx, bin, root, port, opts.Log, !opts.CloseConnections)
 		if err == nil {
 			return g, nil
 		}
@@ -189,10 +195,14 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	return nil, lastErr
 }
 
-func (g *Gateway) launch(ctx context.Context, bin, root string, port int, logf *os.File) error {
+func (g *Gateway) launch(ctx context.Context, bin, root string, port int, logf *os.File, keepAlive bool) error {
 	g.Addr = fmt.Sprintf("127.0.0.1:%d", port)
 	g.Endpoint = "http://" + g.Addr
-	cmd := exec.Command(bin, "--port", g.Addr, "--region", g.Region, "--quiet", "posix", root)
+	args := []string{"--port", g.Addr, "--region", g.Region, "--quiet"}
+	if keepAlive {
+		args = append(args, "--keep-alive")
+	}
+	cmd := exec.Command(bin, append(args, "posix", root)...)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+g.AccessKey, "ROOT_SECRET_ACCESS_KEY="+g.SecretKey)
 	// Its own process group, so that a Ctrl-C in a terminal running `make run`
 	// reaches us, and we stop the gateway in order.
