@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -242,22 +243,75 @@ func TestWriterChildProcess(t *testing.T) {
 		_, err = c.PutObject(ctx, env("BUCKET"), env("KEY"), io.NewSectionReader(r, 0, int64(size)), int64(size), "", "", opts)
 		t.Fatalf("the unsigned writer was not killed: %v", err)
 	}
-	s, err := s3.New(ctx, s3.Config{Endpoint: env("ENDPOINT"), Bucket: env("BUCKET"), AccessKey: env("ACCESS"),
+	// The store sends through a forwarder that stalls the request stream
+	// half-way into the body being tested (the store reads a body once,
+	// hashes it and sends it from memory, so the stall is on the wire).
+	opts := objstore.PutOptions{Cond: cond, Shape: objstore.ShapePlain}
+	total := int64(size)
+	limit := int64(size / 2)
+	if mode == "multipart" {
+		opts.Shape, opts.Parts = objstore.ShapeMultipart, 2
+		total = objstore.MinPartSize + int64(size)
+		// Part 1 sent whole, then stall half-way into part 2.
+		limit = objstore.MinPartSize + int64(size)/2
+	}
+	endpoint := stallingForwarder(t, strings.TrimPrefix(env("ENDPOINT"), "http://"), limit)
+	s, err := s3.New(ctx, s3.Config{Endpoint: "http://" + endpoint, Bucket: env("BUCKET"), AccessKey: env("ACCESS"),
 		SecretKey: env("SECRET"), PathStyle: true, Concurrency: 1, MaxRetries: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := objstore.PutOptions{Cond: cond, Shape: objstore.ShapePlain}
-	// Past the hashing pass (size bytes), half-way into sending.
-	total := int64(size)
-	limit := total + total/2
-	if mode == "multipart" {
-		opts.Shape, opts.Parts = objstore.ShapeMultipart, 2
-		total = objstore.MinPartSize + int64(size)
-		// Part 1 hashed and sent, part 2 hashed, then stall mid-send.
-		limit = 2*total - int64(size)/2
-	}
-	r := &stallingReader{size: total, pattern: pattern, limit: limit}
+	r := &stallingReader{size: total, pattern: pattern, limit: 1 << 62}
 	_, err = s.Put(ctx, env("KEY"), r, total, opts)
 	t.Fatalf("the writer was not killed: %v", err)
+}
+
+// stallingForwarder forwards TCP connections to target and, once more than
+// limit bytes in total went from clients to target, stops forwarding
+// (without closing anything) and announces it on stdout.
+func stallingForwarder(t *testing.T, target string, limit int64) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent atomic.Int64
+	var once sync.Once
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go io.Copy(c, u)
+			go func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if sent.Add(int64(n)) > limit {
+							over := int(sent.Load() - limit)
+							if over < n {
+								u.Write(buf[:n-over])
+							}
+							once.Do(func() { fmt.Println(childBlock) })
+							select {}
+						}
+						if _, werr := u.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						u.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }

@@ -1,6 +1,7 @@
 package s3
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -94,7 +95,7 @@ func putOptions(meta map[string]string, ct string, cond objstore.Condition) mini
 // MD5 cost a second pass of CPU on every upload; docs/DECISIONS.md.)
 func payloadHash(r io.Reader, n int64) (string, error) {
 	hs := sha256.New()
-	got, err := io.Copy(hs, io.LimitReader(r, n))
+	got, err := io.CopyBuffer(hs, io.LimitReader(r, n), make([]byte, 1<<20))
 	if err != nil {
 		return "", err
 	}
@@ -104,15 +105,77 @@ func payloadHash(r io.Reader, n int64) (string, error) {
 	return hex.EncodeToString(hs.Sum(nil)), nil
 }
 
+// maxBufferedBody is the largest request body read into memory once (hashed
+// and sent from there); larger ones are read twice from the caller's
+// ReaderAt. Parts (8 MiB by default) and plain PUTs up to the multipart
+// threshold are buffered: one pread instead of two passes of 32 KiB reads,
+// which cost a syscall each (issue 8).
+const maxBufferedBody = 64 << 20
+
+// bodyPool holds request body buffers (*[]byte).
+var bodyPool sync.Pool
+
+// payload is a request body ready to send: its bytes (when buffered) or the
+// caller's section, and its signed SHA-256.
+type payload struct {
+	r   io.ReadSeeker
+	sha string
+	buf *[]byte // pooled buffer holding the body, or nil
+}
+
+// loadPayload reads n bytes of r (from its start) for one request.
+func loadPayload(r *io.SectionReader, n int64) (*payload, error) {
+	if n > maxBufferedBody {
+		sha, err := payloadHash(r, n)
+		if err != nil {
+			return nil, err
+		}
+		return &payload{r: r, sha: sha}, nil
+	}
+	bp, _ := bodyPool.Get().(*[]byte)
+	if bp == nil || int64(cap(*bp)) < n {
+		b := make([]byte, n)
+		bp = &b
+	}
+	buf := (*bp)[:n]
+	if got, err := io.ReadFull(r, buf); err != nil {
+		bodyPool.Put(bp)
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			return nil, fmt.Errorf("%w: %d of %d bytes", errBodyShort, got, n)
+		}
+		return nil, err
+	}
+	sum := sha256.Sum256(buf)
+	return &payload{r: bytes.NewReader(buf), sha: hex.EncodeToString(sum[:]), buf: bp}, nil
+}
+
+// rewind prepares the body for an attempt.
+func (p *payload) rewind() error {
+	_, err := p.r.Seek(0, io.SeekStart)
+	return err
+}
+
+// release returns the buffer to the pool. Only after a successful request:
+// after a failed one the HTTP transport may still be reading the body.
+func (p *payload) release() {
+	if p.buf != nil {
+		bodyPool.Put(p.buf)
+		p.buf = nil
+	}
+}
+
 func (s *Store) putPlain(ctx context.Context, key string, body io.ReaderAt, size int64, opts objstore.PutOptions) (string, error) {
-	sha, err := payloadHash(io.NewSectionReader(body, 0, size), size)
+	pl, err := loadPayload(io.NewSectionReader(body, 0, size), size)
 	if err != nil {
 		return "", s.classify(err, "hash", key)
 	}
 	po := putOptions(opts.Meta, opts.ContentType, opts.Cond)
 	var etag string
 	err = s.call(ctx, "put", true, func(ctx context.Context) error {
-		info, err := s.core.PutObject(ctx, s.cfg.Bucket, key, io.NewSectionReader(body, 0, size), size, "", sha, po)
+		if err := pl.rewind(); err != nil {
+			return s.classify(err, "hash", key)
+		}
+		info, err := s.core.PutObject(ctx, s.cfg.Bucket, key, pl.r, size, "", pl.sha, po)
 		if err != nil {
 			return asPrecondition(s.classify(err, "put", key), opts.Cond)
 		}
@@ -120,21 +183,24 @@ func (s *Store) putPlain(ctx context.Context, key string, body io.ReaderAt, size
 		s.m.up(size)
 		return nil
 	})
+	if err == nil {
+		pl.release()
+	}
 	return etag, err
 }
 
 func (s *Store) uploadPart(ctx context.Context, key, uploadID string, part int, r *io.SectionReader, n int64) (minio.CompletePart, error) {
-	sha, err := payloadHash(r, n)
+	pl, err := loadPayload(r, n)
 	if err != nil {
 		return minio.CompletePart{}, s.classify(err, "hash", key)
 	}
 	var cp minio.CompletePart
 	err = s.call(ctx, "upload_part", true, func(ctx context.Context) error {
-		if _, err := r.Seek(0, io.SeekStart); err != nil {
+		if err := pl.rewind(); err != nil {
 			return s.classify(err, "hash", key)
 		}
-		p, err := s.core.PutObjectPart(ctx, s.cfg.Bucket, key, uploadID, part, r, n, minio.PutObjectPartOptions{
-			Sha256Hex: sha, DisableContentSha256: true,
+		p, err := s.core.PutObjectPart(ctx, s.cfg.Bucket, key, uploadID, part, pl.r, n, minio.PutObjectPartOptions{
+			Sha256Hex: pl.sha, DisableContentSha256: true,
 		})
 		if err != nil {
 			return s.classify(err, "upload part", key)
@@ -143,6 +209,9 @@ func (s *Store) uploadPart(ctx context.Context, key, uploadID string, part int, 
 		s.m.up(n)
 		return nil
 	})
+	if err == nil {
+		pl.release()
+	}
 	return cp, err
 }
 
