@@ -29,7 +29,11 @@
 // absence for a new file, on the tombstone for a file created over a deleted
 // key): fsync and close succeed only when the data is stored under an epoch
 // that was still valid, and report the failure otherwise. A new file is
-// written at its first close, so create-write-close is one PUT; O_EXCL
+// written at its first close, so create-write-close is one PUT; a large
+// file written sequentially is uploaded while it is written (its parts go
+// out as the writer passes them, the close sends the tail and the Complete
+// through Guard.CommitStream; see stream.go), falling back to one Put of the
+// staging file whenever the stream no longer matches it; O_EXCL
 // creates the empty object at once, so exclusivity holds across mounts.
 // chmod, chown, utimens and setxattr are a server-side self-copy with new
 // metadata (or ride along with pending content). Unlink and rmdir are
@@ -45,8 +49,10 @@
 // 4 MiB blocks with readahead. A node with open handles is never refreshed
 // from the store (close-to-open consistency). The kernel caches attributes
 // and entries for Options.AttrTTL and EntryTTL; nodes trust the metadata they
-// fetched for Options.MetaCacheTTL. The mount's own changes update its nodes
-// at once.
+// fetched for Options.MetaCacheTTL. A directory's last listing (or its
+// creation by this mount) answers lookups of names it did not show with
+// ENOENT for EntryTTL, like the kernel's negative entries (names.go). The
+// mount's own changes update its nodes at once.
 //
 // # Fencing and errors
 //
