@@ -44,9 +44,14 @@
 //
 // # Reads and caching
 //
-// Reads are ranged GETs pinned to the ETag the node holds (a changed object
-// reads as ESTALE, never as a mix of versions); sequential readers get
-// 4 MiB blocks with readahead. A node with open handles is never refreshed
+// Reads are GETs pinned to the ETag the node holds (a changed object reads
+// as ESTALE, never as a mix of versions): a sequential reader gets one
+// streaming GET from its position to the end, read ahead into pooled 1 MiB
+// buffers (2 MiB ahead, growing to 16 MiB) that READ replies point into
+// without a copy; random reads are one ranged GET each (readahead.go,
+// read.go). The mount raises the kernel's readahead of the FUSE device to
+// 1 MiB when it may (root), so the kernel sends large reads several at a
+// time. A node with open handles is never refreshed
 // from the store (close-to-open consistency). The kernel caches attributes
 // and entries for Options.AttrTTL and EntryTTL; nodes trust the metadata they
 // fetched for Options.MetaCacheTTL. A directory's last listing (or its
@@ -96,7 +101,7 @@
 //	nodeBase.mu     the node's fields; never held across I/O
 //	filesystem.nodesMu
 //
-// fileHandle.mu and reader.mu (the read path's block cache) are taken alone.
+// fileHandle.mu and the read path's locks (reader, stream) are taken alone.
 //
 // go-fuse's own inode locks are taken inside go-fuse calls (GetChild,
 // NewInode, Parent) and never while a network call is in flight.

@@ -87,6 +87,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 		os.RemoveAll(stageDir)
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
 	}
+	raiseKernelReadahead(mountpoint, kernelReadaheadKB, fsys.log)
 	m := &FS{fsys: fsys, server: server, mountpoint: mountpoint}
 	if err := ctx.Err(); err != nil {
 		_ = m.Unmount(context.Background())

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -9,127 +10,89 @@ import (
 	"github.com/fencefs/fencefs/objstore"
 )
 
-// Read path tuning. A sequential reader is served from blocks fetched with
-// ranged GETs and kept for a short while; the next readaheadBlocks blocks
-// are fetched in the background, and blocks behind the reader are dropped,
-// so a reader holds at most a few blocks. Random reads fetch exactly the
-// range asked.
-const (
-	readBlockSize   = 4 << 20
-	readaheadBlocks = 3
-)
-
 // reader serves reads of one version (etag) of an object for one handle.
 // It is safe for concurrent use (the kernel issues reads in parallel).
+//
+// A sequential reader (one starting near 0, or continuing where its last
+// read ended) is served from a stream: one GET from its position to the
+// end, read ahead into a bounded window (readahead.go). Reads near the
+// stream's position wait for it; other reads are random and fetch exactly
+// the range asked with one ranged GET. Every GET is pinned to etag with
+// If-Match, so a handle never mixes two versions: an object that changed
+// (or is shorter than the size the handle saw) fails with
+// objstore.ErrPrecondition.
 type reader struct {
 	// Constant after construction.
 	fsys *filesystem
 	etag string
 	size int64
-	ctx  context.Context // cancelled by close: stops the prefetches
+	ctx  context.Context // cancelled by close: stops the stream
 	stop context.CancelFunc
 
-	mu     sync.Mutex
-	blocks map[int64]*block // GUARDED_BY(mu)
-	last   int64            // GUARDED_BY(mu): index of the last block read, -1 at first
-}
-
-// block is one readBlockSize-aligned range, being fetched or fetched.
-type block struct {
-	done chan struct{} // closed when data/err are set
-	data []byte
-	err  error
+	mu sync.Mutex
+	st *stream // GUARDED_BY(mu): the readahead stream, nil before the first sequential read
+	// lastDirectEnd is the end of the last read not served by the stream
+	// (-1 at first): a read starting there starts a new stream.
+	lastDirectEnd int64 // GUARDED_BY(mu)
+	closed        bool  // GUARDED_BY(mu)
 }
 
 func newReader(fsys *filesystem, etag string, size int64) *reader {
 	ctx, stop := context.WithCancel(fsys.ctx)
-	return &reader{fsys: fsys, etag: etag, size: size, ctx: ctx, stop: stop,
-		blocks: map[int64]*block{}, last: -1}
+	return &reader{fsys: fsys, etag: etag, size: size, ctx: ctx, stop: stop, lastDirectEnd: -1}
 }
 
-func (r *reader) close() { r.stop() }
-
-// readAt fills dest (already clipped to the object's size) from offset off
-// of key.
-func (r *reader) readAt(ctx context.Context, key string, dest []byte, off int64) (int, error) {
-	if len(dest) == 0 {
-		return 0, nil
-	}
-	first := off / readBlockSize
-	lastB := (off + int64(len(dest)) - 1) / readBlockSize
-
+// close stops the stream; replies in flight keep their data until written.
+func (r *reader) close() {
 	r.mu.Lock()
-	_, cached := r.blocks[first]
-	sequential := cached || off == 0 || (r.last >= 0 && (first == r.last || first == r.last+1))
-	if !sequential {
+	defer r.mu.Unlock()
+	r.closed = true
+	if r.st != nil {
+		r.closeStreamLocked(r.st)
+	}
+	r.stop()
+}
+
+// read reads n bytes at off of key (the range is within the object's size)
+// and returns them as a reply for go-fuse. dest (at least n bytes) is the
+// request's buffer, used by random reads.
+func (r *reader) read(ctx context.Context, key string, dest []byte, off int64) (*readResult, error) {
+	n := int64(len(dest))
+	if n == 0 {
+		return bufResult(dest), nil
+	}
+	r.mu.Lock()
+	if r.closed {
 		r.mu.Unlock()
-		return r.direct(ctx, key, dest, off)
+		return nil, fmt.Errorf("read %s: %w", key, context.Canceled)
 	}
-	var need []*block
-	for b := first; b <= lastB; b++ {
-		need = append(need, r.blockLocked(key, b))
+	s := r.st
+	switch {
+	case s != nil && s.coversLocked(off):
+	case s == nil && off < streamJoinGap:
+		// The first read near the start: the kernel's first readahead
+		// requests arrive in any order; the stream serves them all.
+		s = r.newStreamLocked(key, 0)
+	case off == r.lastDirectEnd:
+		// A random reader turned sequential.
+		s = r.newStreamLocked(key, off)
+	default:
+		s = nil
 	}
-	for b := lastB + 1; b <= lastB+readaheadBlocks && b*readBlockSize < r.size; b++ {
-		r.blockLocked(key, b)
-	}
-	r.last = lastB
-	for b := range r.blocks {
-		if b < first-1 || b > lastB+readaheadBlocks {
-			delete(r.blocks, b)
-		}
-	}
-	r.mu.Unlock()
-
-	n := 0
-	for i, blk := range need {
-		select {
-		case <-blk.done:
-		case <-ctx.Done():
-			return n, ctx.Err()
-		}
-		if blk.err != nil {
-			r.mu.Lock()
-			if r.blocks[first+int64(i)] == blk {
-				delete(r.blocks, first+int64(i))
-			}
+	if s != nil {
+		res, err := r.serveLocked(ctx, s, off, n)
+		if !errors.Is(err, errNotInWindow) {
 			r.mu.Unlock()
-			return n, blk.err
+			return res, err
 		}
-		bOff := (first + int64(i)) * readBlockSize
-		from := off + int64(n) - bOff
-		if from >= int64(len(blk.data)) {
-			break
-		}
-		n += copy(dest[n:], blk.data[from:])
 	}
-	return n, nil
-}
-
-// blockLocked returns block b, starting its fetch when needed.
-// LOCKS_REQUIRED(r.mu)
-func (r *reader) blockLocked(key string, b int64) *block {
-	if blk, ok := r.blocks[b]; ok {
-		return blk
+	r.lastDirectEnd = off + n
+	r.mu.Unlock()
+	got, err := r.fetch(ctx, key, dest, off)
+	if err != nil {
+		return nil, err
 	}
-	blk := &block{done: make(chan struct{})}
-	r.blocks[b] = blk
-	off := b * readBlockSize
-	n := int64(readBlockSize)
-	if off+n > r.size {
-		n = r.size - off
-	}
-	go func() {
-		defer close(blk.done)
-		buf := make([]byte, n)
-		got, err := r.fetch(r.ctx, key, buf, off)
-		blk.data, blk.err = buf[:got], err
-	}()
-	return blk
-}
-
-// direct serves a random read with one ranged GET of exactly the range.
-func (r *reader) direct(ctx context.Context, key string, dest []byte, off int64) (int, error) {
-	return r.fetch(ctx, key, dest, off)
+	return bufResult(dest[:got]), nil
 }
 
 // fetch reads len(dest) bytes at off of the pinned version.

@@ -1,0 +1,415 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Streaming readahead. A sequential reader is served by one GET from its
+// position to the end of the object, pinned with If-Match to the handle's
+// ETag. A goroutine reads the body into reusable chunks ahead of the reader
+// (a bounded window that grows while the reader stays sequential) and the
+// kernel's READ requests are answered with slices of those chunks, written
+// to /dev/fuse with writev(2) without another copy.
+const (
+	// streamChunk is the unit of the window. It equals the largest READ
+	// the kernel sends, so that a request spans at most two chunks.
+	streamChunk = maxIO
+	// streamAheadMin and streamAheadMax bound how far the stream reads
+	// ahead of the furthest byte asked: it starts at the minimum and
+	// grows with the bytes read sequentially.
+	streamAheadMin = 2 << 20
+	streamAheadMax = 16 << 20
+	// streamJoinGap: a read starting at most this far past the data that
+	// has arrived waits for the stream instead of sending its own GET. The
+	// kernel sends the READs of its readahead window in parallel and
+	// go-fuse serves them in any order, so this is several times the
+	// kernel's readahead. A first read this close to the start of the
+	// object starts the stream at 0.
+	streamJoinGap = 8 << 20
+	// streamKeepBehind: chunks ending this far behind the furthest byte
+	// asked are dropped even when not every byte of them was served (the
+	// kernel asks each byte once; this bounds what a skipping reader
+	// leaves behind).
+	streamKeepBehind = 8 << 20
+)
+
+// chunkPool recycles the window's chunks across streams and handles.
+var chunkPool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, streamChunk)} }}
+
+// chunk is one streamChunk-sized buffer of a stream's window. It is back in
+// chunkPool once no one holds a reference: the window while the chunk is in
+// it, the producer while it fills it, and every readResult pointing into
+// it until go-fuse has written the reply.
+type chunk struct {
+	buf  []byte
+	refs atomic.Int32
+}
+
+func getChunk(refs int32) *chunk {
+	c := chunkPool.Get().(*chunk)
+	c.refs.Store(refs)
+	return c
+}
+
+func (c *chunk) release() {
+	switch n := c.refs.Add(-1); {
+	case n == 0:
+		chunkPool.Put(c)
+	case n < 0:
+		panic("fusefs: chunk released more often than referenced")
+	}
+}
+
+// slot is one chunk of a stream's window; c is nil once dropped.
+type slot struct {
+	c      *chunk
+	served int64 // bytes of the chunk handed out to reads
+}
+
+// waiter is a read waiting for the stream to reach need.
+type waiter struct {
+	need int64
+	ch   chan struct{} // closed when filled >= need or the stream failed
+}
+
+// stream is one streaming GET of [start, end) of the reader's version. Its
+// mutable state is guarded by the owning reader's mu.
+type stream struct {
+	// Constant after construction.
+	start, end int64
+	ctx        context.Context // cancelled by close: stops the GET
+	stop       context.CancelFunc
+	done       chan struct{} // closed when the producer goroutine has returned
+	wake       chan struct{} // (cap 1) want moved or the stream closed
+
+	base    int64     // GUARDED_BY(reader.mu): index of slots[0]; slot i covers start+(base+i)*streamChunk
+	slots   []slot    // GUARDED_BY(reader.mu)
+	filled  int64     // GUARDED_BY(reader.mu): bytes before filled have arrived
+	want    int64     // GUARDED_BY(reader.mu): end of the furthest read served or waiting
+	err     error     // GUARDED_BY(reader.mu): why the stream stopped before end (sticky)
+	waiters []*waiter // GUARDED_BY(reader.mu)
+}
+
+// errNotInWindow: the range is not (or no longer) in the stream's window.
+var errNotInWindow = errors.New("range not in the readahead window")
+
+// errStreamClosed is the error of a stream that was replaced or closed.
+var errStreamClosed = fmt.Errorf("readahead stream closed: %w", context.Canceled)
+
+// newStreamLocked starts a stream at off (rounded down to a chunk) to the
+// end of the object, replacing the current one.
+// LOCKS_REQUIRED(r.mu)
+func (r *reader) newStreamLocked(key string, off int64) *stream {
+	if r.st != nil {
+		r.closeStreamLocked(r.st)
+	}
+	start := off - off%streamChunk
+	ctx, stop := context.WithCancel(r.ctx)
+	s := &stream{start: start, end: r.size, ctx: ctx, stop: stop, want: off,
+		filled: start, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	r.st = s
+	go r.produce(s, key)
+	return s
+}
+
+// closeStreamLocked stops s and drops its window; chunks still referenced
+// by replies in flight return to the pool when those are written.
+// LOCKS_REQUIRED(r.mu)
+func (r *reader) closeStreamLocked(s *stream) {
+	s.stop()
+	if s.err == nil {
+		s.err = errStreamClosed
+	}
+	s.notifyLocked()
+	for i := range s.slots {
+		if s.slots[i].c != nil {
+			s.slots[i].c.release()
+			s.slots[i].c = nil
+		}
+	}
+	s.slots = nil
+	if r.st == s {
+		r.st = nil
+	}
+}
+
+// coversLocked reports whether a read at off is served by the stream:
+// it is in the window, or close enough ahead to wait for.
+// LOCKS_REQUIRED(r.mu)
+func (s *stream) coversLocked(off int64) bool {
+	return s.err == nil && off >= s.start+s.base*streamChunk && off <= s.filled+streamJoinGap
+}
+
+// ahead is how far the producer may run past want.
+// LOCKS_REQUIRED(r.mu)
+func (s *stream) ahead() int64 {
+	return min(max(s.want-s.start, streamAheadMin), streamAheadMax)
+}
+
+// notifyLocked wakes the waiters whose data arrived (all, once the stream
+// failed).
+// LOCKS_REQUIRED(r.mu)
+func (s *stream) notifyLocked() {
+	kept := s.waiters[:0]
+	for _, w := range s.waiters {
+		if s.filled >= w.need || s.err != nil {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(s.waiters[len(kept):])
+	s.waiters = kept
+}
+
+// produce is the stream's goroutine: one GET, read into the window as long
+// as the window has room.
+func (r *reader) produce(s *stream, key string) {
+	defer close(s.done)
+	fail := func(err error) {
+		r.mu.Lock()
+		if s.err == nil {
+			s.err = err
+		}
+		s.notifyLocked()
+		r.mu.Unlock()
+	}
+	if s.start >= s.end {
+		return
+	}
+	rc, _, err := r.fsys.store.Get(s.ctx, key, objstore.GetOptions{
+		Offset: s.start, Length: s.end - s.start, IfMatch: r.etag,
+	})
+	if err != nil {
+		fail(fmt.Errorf("read %s [%d,%d) at %s: %w", key, s.start, s.end, r.etag, err))
+		return
+	}
+	defer rc.Close()
+	for pos := s.start; pos < s.end; {
+		r.mu.Lock()
+		for s.err == nil && pos >= s.want+s.ahead() {
+			r.mu.Unlock()
+			select {
+			case <-s.wake:
+			case <-s.ctx.Done():
+			}
+			r.mu.Lock()
+		}
+		if s.err != nil { // closed
+			r.mu.Unlock()
+			return
+		}
+		c := getChunk(2) // the window's reference and ours while filling
+		s.slots = append(s.slots, slot{c: c})
+		r.mu.Unlock()
+
+		n := min(int64(streamChunk), s.end-pos)
+		var fill int64
+		for fill < n {
+			m, err := rc.Read(c.buf[fill:n])
+			fill += int64(m)
+			if m > 0 {
+				r.mu.Lock()
+				if s.err == nil {
+					s.filled = pos + fill
+					s.notifyLocked()
+				}
+				r.mu.Unlock()
+			}
+			if err == io.EOF && fill < n {
+				// The object is shorter than the size we were told: it changed.
+				err = fmt.Errorf("%w: %s is shorter than expected", objstore.ErrPrecondition, key)
+			}
+			if err != nil && fill < n {
+				c.release()
+				if s.ctx.Err() == nil {
+					err = fmt.Errorf("read %s at %d: %w", key, pos+fill, err)
+				}
+				fail(err)
+				return
+			}
+		}
+		c.release()
+		pos += n
+	}
+}
+
+// serveLocked answers a read of [off, off+n) from the stream, waiting for
+// the data when it has not arrived yet. It returns errNotInWindow when the
+// range is no longer in the window; the caller then reads it directly.
+// LOCKS_REQUIRED(r.mu); may release and retake it while waiting.
+func (r *reader) serveLocked(ctx context.Context, s *stream, off, n int64) (*readResult, error) {
+	end := off + n
+	if end > s.want {
+		s.want = end
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	for s.filled < end && s.err == nil {
+		w := &waiter{need: end, ch: make(chan struct{})}
+		s.waiters = append(s.waiters, w)
+		r.mu.Unlock()
+		select {
+		case <-w.ch:
+			r.mu.Lock()
+		case <-ctx.Done():
+			r.mu.Lock()
+			for i, x := range s.waiters {
+				if x == w {
+					s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+					break
+				}
+			}
+			return nil, ctx.Err()
+		}
+	}
+	if s.filled < end {
+		// The stream stopped before end: replaced, closed or failed (its
+		// body broke more often than the store retries, or the object
+		// changed). The caller reads the range with its own GET, which
+		// fails the same way (ESTALE) if the object changed; the next
+		// sequential read starts a new stream.
+		if r.closed {
+			return nil, s.err
+		}
+		if r.st == s {
+			if r.fsys.log != nil {
+				r.fsys.log.Debug("readahead stream stopped", "etag", r.etag, "offset", s.filled, "err", s.err)
+			}
+			r.closeStreamLocked(s)
+		}
+		return nil, errNotInWindow
+	}
+	first := (off-s.start)/streamChunk - s.base
+	last := (end-1-s.start)/streamChunk - s.base
+	if first < 0 || last >= int64(len(s.slots)) {
+		return nil, errNotInWindow
+	}
+	for i := first; i <= last; i++ {
+		if s.slots[i].c == nil {
+			return nil, errNotInWindow
+		}
+	}
+	res := &readResult{}
+	if last > first {
+		res.vecs = make([][]byte, 0, last-first+1)
+		res.refs = make([]*chunk, 0, last-first+1)
+	} else {
+		res.vecs, res.refs = res.one[:0:1], res.oneRef[:0:1]
+	}
+	for i := first; i <= last; i++ {
+		sl := &s.slots[i]
+		cStart := s.start + (s.base+i)*streamChunk
+		from, to := max(off, cStart)-cStart, min(end-cStart, streamChunk)
+		sl.c.refs.Add(1)
+		res.vecs = append(res.vecs, sl.c.buf[from:to])
+		res.refs = append(res.refs, sl.c)
+		sl.served += to - from
+		if cEnd := min(cStart+streamChunk, s.end); sl.served >= cEnd-cStart {
+			sl.c.release()
+			sl.c = nil
+		}
+	}
+	s.dropBehindLocked()
+	return res, nil
+}
+
+// dropBehindLocked drops the chunks far behind want and the dropped
+// chunks at the front of the window.
+// LOCKS_REQUIRED(r.mu)
+func (s *stream) dropBehindLocked() {
+	for i := range s.slots {
+		cEnd := s.start + (s.base+int64(i)+1)*streamChunk
+		if cEnd > s.want-streamKeepBehind {
+			break
+		}
+		if s.slots[i].c != nil {
+			s.slots[i].c.release()
+			s.slots[i].c = nil
+		}
+	}
+	k := 0
+	for k < len(s.slots) && s.slots[k].c == nil && s.start+(s.base+int64(k)+1)*streamChunk <= s.filled {
+		k++
+	}
+	if k > 0 {
+		clear(s.slots[:k])
+		s.slots = s.slots[k:]
+		s.base += int64(k)
+	}
+}
+
+// readResult is a READ reply: slices of stream chunks (or of the request's
+// own buffer), written with writev(2). go-fuse calls Slices (its vectored
+// write path) or Bytes, then Done once the reply is written; the chunks
+// stay referenced until Done. A reply go-fuse drops without Done (an
+// interrupted request) only keeps its chunks from being reused: they are
+// then left to the garbage collector.
+type readResult struct {
+	vecs     [][]byte
+	refs     []*chunk
+	released atomic.Bool
+	one      [1][]byte
+	oneRef   [1]*chunk
+}
+
+var _ fuse.ReadResult = (*readResult)(nil)
+
+// sliceResult is the interface go-fuse's writev path takes.
+var _ interface {
+	Slices() ([][]byte, fuse.Status)
+} = (*readResult)(nil)
+
+// bufResult is a reply of data in the request's own buffer.
+func bufResult(b []byte) *readResult {
+	r := &readResult{}
+	r.one[0] = b
+	r.vecs = r.one[:]
+	return r
+}
+
+// Size implements fuse.ReadResult.
+func (r *readResult) Size() int {
+	n := 0
+	for _, v := range r.vecs {
+		n += len(v)
+	}
+	return n
+}
+
+// Bytes implements fuse.ReadResult: it copies into buf, because go-fuse may
+// call Done before it writes what Bytes returned.
+func (r *readResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	if n := r.Size(); cap(buf) < n {
+		buf = make([]byte, 0, n)
+	}
+	buf = buf[:0]
+	for _, v := range r.vecs {
+		buf = append(buf, v...)
+	}
+	return buf, fuse.OK
+}
+
+// Slices returns the reply's data in place, for go-fuse's writev path.
+func (r *readResult) Slices() ([][]byte, fuse.Status) { return r.vecs, fuse.OK }
+
+// Done implements fuse.ReadResult: the reply is written, the chunks may be
+// reused. Calls after the first do nothing.
+func (r *readResult) Done() {
+	if !r.released.CompareAndSwap(false, true) {
+		return
+	}
+	for _, c := range r.refs {
+		c.release()
+	}
+}
