@@ -524,7 +524,7 @@ func (d *dirNode) unlink(ctx context.Context, name, key string) error {
 		n.opMu.Lock()
 		defer n.opMu.Unlock()
 		n.mu.Lock()
-		pending, unlinked, etag := n.pending, n.unlinked, n.info.ETag
+		pending, unlinked, base := n.pending, n.unlinked, fencing.VersionOf(n.info)
 		n.mu.Unlock()
 		if unlinked {
 			return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
@@ -533,7 +533,7 @@ func (d *dirNode) unlink(ctx context.Context, name, key string) error {
 			if err := n.preserveForReadersLocked(ctx); err != nil {
 				return err
 			}
-			if err := d.fsys.deleteObject(ctx, key, etag); err != nil {
+			if err := d.fsys.deleteObject(ctx, key, base); err != nil {
 				return err
 			}
 		}
@@ -543,9 +543,9 @@ func (d *dirNode) unlink(ctx context.Context, name, key string) error {
 		n.opMu.Lock()
 		defer n.opMu.Unlock()
 		n.mu.Lock()
-		etag := n.info.ETag
+		base := fencing.VersionOf(n.info)
 		n.mu.Unlock()
-		if err := d.fsys.deleteObject(ctx, key, etag); err != nil {
+		if err := d.fsys.deleteObject(ctx, key, base); err != nil {
 			return err
 		}
 		n.markUnlinked()
@@ -598,7 +598,7 @@ func (d *dirNode) rmdir(ctx context.Context, name, prefix string) error {
 	case fencing.IsTombstone(marker):
 		return nil
 	}
-	return d.fsys.deleteObject(ctx, prefix, marker.ETag)
+	return d.fsys.deleteObject(ctx, prefix, fencing.VersionOf(marker))
 }
 
 // checkEmpty fails with errNotEmpty when anything visible lives in the

@@ -560,6 +560,10 @@ func (n *fileNode) markUnlinked() {
 	defer n.mu.Unlock()
 	n.unlinked = true
 	n.setCleanLocked()
+	if n.up != nil { // its content can no longer be committed
+		n.up.drop()
+		n.up = nil
+	}
 }
 
 var _ = (fs.NodeSetattrer)((*fileNode)(nil))

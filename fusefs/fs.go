@@ -310,10 +310,12 @@ func (fsys *filesystem) createEmpty(ctx context.Context, key string, meta map[st
 	})
 }
 
-// deleteObject deletes key at etag. A key that is already gone (deleted or a
-// tombstone) counts as deleted; one that changed is ErrStale.
-func (fsys *filesystem) deleteObject(ctx context.Context, key, etag string) error {
-	err := fsys.guard.Delete(ctx, key, fencing.Version{ETag: etag})
+// deleteObject deletes key at version base (fencing.VersionOf of what the
+// mount read, so that the Guard knows the key's ETag-ABA record without a
+// HEAD when the read carried metadata). A key that is already gone (deleted
+// or a tombstone) counts as deleted; one that changed is ErrStale.
+func (fsys *filesystem) deleteObject(ctx context.Context, key string, base fencing.Version) error {
+	err := fsys.guard.Delete(ctx, key, base)
 	if err == nil || !(isConflict(err) || errors.Is(err, objstore.ErrNotFound)) {
 		return err
 	}

@@ -135,14 +135,14 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 	if db != nil && db != sb {
 		df, _ := dst.Operations().(*fileNode)
 		db.mu.Lock()
-		etag := db.info.ETag
+		dstVersion := fencing.VersionOf(db.info)
 		pendingOnly := df != nil && df.pending
 		gone := df != nil && df.unlinked
 		db.mu.Unlock()
 		if !gone {
 			dstLive = true
 			if !pendingOnly {
-				dstBase = fencing.Version{ETag: etag}
+				dstBase = dstVersion
 			}
 		}
 		if noreplace && dstLive {
@@ -171,17 +171,17 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 				err = serr
 			}
 		case fencing.IsTombstone(cur):
-			out, err = cp(fencing.Version{ETag: cur.ETag, Tombstone: true})
+			out, err = cp(fencing.VersionOf(cur))
 		case noreplace:
 			err = fmt.Errorf("%w: %s", errExist, dstKey)
 		default:
-			out, err = cp(fencing.Version{ETag: cur.ETag})
+			out, err = cp(fencing.VersionOf(cur))
 		}
 	}
 	if err != nil {
 		return err
 	}
-	if err := fsys.deleteObject(ctx, srcKey, info.ETag); err != nil {
+	if err := fsys.deleteObject(ctx, srcKey, fencing.VersionOf(info)); err != nil {
 		fsys.log.Warn("rename copied the object but could not delete the source; both names exist",
 			"src", srcKey, "dst", dstKey, "err", err)
 		return err
@@ -336,10 +336,10 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 	}
 	err = parallel(ctx, len(rest), func(ctx context.Context, j int) error {
 		e := srcs[rest[j]]
-		return fsys.deleteObject(ctx, e.Key, e.ETag)
+		return fsys.deleteObject(ctx, e.Key, fencing.Version{ETag: e.ETag})
 	})
 	if err == nil && marker >= 0 {
-		err = fsys.deleteObject(ctx, srcPrefix, srcs[marker].ETag)
+		err = fsys.deleteObject(ctx, srcPrefix, fencing.Version{ETag: srcs[marker].ETag})
 	}
 	if err != nil {
 		fsys.log.Warn("directory rename copied everything but could not delete all sources; both trees exist",
