@@ -27,6 +27,11 @@ type keyIntent struct {
 	orphan      bool          // an outcome is unknown: never delete it ourselves
 	keepUntil   time.Time     // Prepare keeps it at least until then
 	gen         int           // bumped whenever refs drops to 0
+	// validated holds the bases for which a validation round that started
+	// after the intent naming them was durable has passed (Prepare runs
+	// one in the background): a commit on such a base needs no round of
+	// its own (see run).
+	validated map[string]bool
 }
 
 // ensureIntent makes sure an intent object covering (key, base) exists
@@ -255,7 +260,30 @@ func (g *Guard) PrepareBase(key string, base Version) {
 		if k := g.cfg.Now().Add(prepareLinger); k.After(ki.keepUntil) {
 			ki.keepUntil = k
 		}
+		var durable []string // bases named by the intent as written now
+		if ki.inflight == nil {
+			for b := range ki.written {
+				durable = append(durable, b)
+			}
+		}
 		g.mu.Unlock()
+		// Validate now too, while the application is still writing: the
+		// round starts after the intent is durable, which is all the
+		// protocol asks of a validation (DESIGN.md "Why this is exact":
+		// a newer epoch raised after this round sweeps the intent and
+		// fences the key, however late the commit comes).
+		if len(durable) > 0 {
+			if err := g.validate(ctx, ts, "prepare", key); err == nil {
+				g.mu.Lock()
+				if ki.validated == nil {
+					ki.validated = map[string]bool{}
+				}
+				for _, b := range durable {
+					ki.validated[b] = true
+				}
+				g.mu.Unlock()
+			}
+		}
 		g.settle(ki, true)
 	}()
 }

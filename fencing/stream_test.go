@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencefs/fencefs/objstore"
+	"github.com/fencefs/fencefs/objstore/memstore"
 )
 
 // streamContent is a two-part content: one minimum-size part and a tail.
@@ -173,4 +175,49 @@ func mapsEq(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestPreparedCommitsAreValidatedEarlyAndStillFenced checks strict mode's
+// early validation: Prepare writes the intent and then validates in the
+// background, so the commit of a prepared file sends no register read of
+// its own; and a newer epoch raised after that early validation still
+// fences the commit (the new epoch's sweep finds the intent).
+func TestPreparedCommitsAreValidatedEarlyAndStillFenced(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	s := memstore.New()
+	var regReads atomic.Int64
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if ev.Phase == memstore.PhaseBefore && ev.Op == memstore.OpGet && strings.HasSuffix(ev.Key, ".fencefs/epoch") {
+			regReads.Add(1)
+		}
+		return nil
+	})
+	g := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, g, 1)
+
+	validatedEarly := func(key string) bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		ki := g.intents[key]
+		return ki != nil && ki.validated[""]
+	}
+	g.Prepare("p/a")
+	waitFor(t, ctx, func() bool { return validatedEarly("p/a") })
+	before := regReads.Load()
+	if _, err := gput(ctx, g, "p/a", "a", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := regReads.Load() - before; n != 0 {
+		t.Fatalf("the commit of a prepared, validated file read the register %d times; want 0", n)
+	}
+
+	g.Prepare("p/b")
+	waitFor(t, ctx, func() bool { return validatedEarly("p/b") })
+	b := newGuard(t, s, Config{Holder: "B"})
+	bind(t, ctx, b, 2) // raised after A's early validation: sweeps A's intent on p/b
+	_, err := gput(ctx, g, "p/b", "late", Version{})
+	mustFenced(t, "commit validated before the newer epoch", err, "")
+	if got, info, ok := read(t, ctx, s, "p/b"); ok && !isTombstone(info) {
+		t.Fatalf("p/b holds %q: the stale commit landed", got)
+	}
 }
