@@ -32,6 +32,12 @@ type keyIntent struct {
 	// one in the background): a commit on such a base needs no round of
 	// its own (see run).
 	validated map[string]bool
+	// early is closed when the last validation round started for the bases
+	// in earlyBases (after they were durable) ends; nil when none was
+	// started. Concurrent callers on one of them share it
+	// (validateCovered).
+	early      chan struct{}
+	earlyBases map[string]bool
 }
 
 // ensureIntent makes sure an intent object covering (key, base) exists
@@ -260,29 +266,17 @@ func (g *Guard) PrepareBase(key string, base Version) {
 		if k := g.cfg.Now().Add(prepareLinger); k.After(ki.keepUntil) {
 			ki.keepUntil = k
 		}
-		var durable []string // bases named by the intent as written now
-		if ki.inflight == nil {
-			for b := range ki.written {
-				durable = append(durable, b)
-			}
-		}
 		g.mu.Unlock()
 		// Validate now too, while the application is still writing: the
 		// round starts after the intent is durable, which is all the
 		// protocol asks of a validation (DESIGN.md "Why this is exact":
 		// a newer epoch raised after this round sweeps the intent and
 		// fences the key, however late the commit comes).
-		if len(durable) > 0 {
-			if err := g.validate(ctx, ts, "prepare", key); err == nil {
-				g.mu.Lock()
-				if ki.validated == nil {
-					ki.validated = map[string]bool{}
-				}
-				for _, b := range durable {
-					ki.validated[b] = true
-				}
-				g.mu.Unlock()
-			}
+		g.mu.Lock()
+		durable := ki.inflight == nil && ki.written[base.ETag]
+		g.mu.Unlock()
+		if durable {
+			_ = g.validateCovered(ctx, ts, "prepare", key, ki, base.ETag)
 		}
 		g.settle(ki, true)
 	}()
@@ -346,4 +340,51 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// validateCovered validates for a commit on base of ki's key: it returns
+// at once when a round that started after ki durably named base has passed,
+// waits for such a round in flight instead of queueing another behind it,
+// and otherwise runs one (shared with later callers). The caller must hold
+// a reference on ki, and ki must durably name base.
+func (g *Guard) validateCovered(ctx context.Context, ts tokenState, op, key string, ki *keyIntent, base string) error {
+	g.mu.Lock()
+	if ki.validated[base] {
+		g.mu.Unlock()
+		return nil
+	}
+	if ch := ki.early; ch != nil && ki.earlyBases[base] {
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		g.mu.Lock()
+		if ki.validated[base] {
+			g.mu.Unlock()
+			return nil
+		}
+	}
+	// A round of our own, starting after every base written so far.
+	done := make(chan struct{})
+	bases := make(map[string]bool, len(ki.written))
+	for b := range ki.written {
+		bases[b] = true
+	}
+	ki.early, ki.earlyBases = done, bases
+	g.mu.Unlock()
+	err := g.validate(ctx, ts, op, key)
+	g.mu.Lock()
+	if err == nil {
+		if ki.validated == nil {
+			ki.validated = map[string]bool{}
+		}
+		for b := range bases {
+			ki.validated[b] = true
+		}
+	}
+	close(done)
+	g.mu.Unlock()
+	return err
 }

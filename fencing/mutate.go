@@ -184,18 +184,12 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 				headCh <- headResult{info, exists, err}
 			}(m.key)
 		}
-		early := false // validated by Prepare after this intent was durable
 		if m.ts.mode == ModeStrict && !validated {
 			var err error
 			if ki == nil {
 				ki, err = g.ensureIntent(ctx, m.ts, m.key, m.base.ETag)
 			} else {
 				err = g.cover(ctx, ki, m.base.ETag)
-			}
-			if err == nil {
-				g.mu.Lock()
-				early = ki.validated[m.base.ETag]
-				g.mu.Unlock()
 			}
 			if err != nil {
 				if headCh != nil {
@@ -229,10 +223,16 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 		rec = rec.young(g.cfg.Now(), g.cfg.SignedRequestValidity)
 
 		if m.ts.mode != ModeOff && !validated {
-			if !early {
-				if err := g.validate(ctx, m.ts, m.op, m.key); err != nil {
-					return objstore.ObjectInfo{}, err
-				}
+			var err error
+			if ki != nil {
+				// Strict: any round that started after the intent named
+				// this base durably will do (Prepare usually ran one).
+				err = g.validateCovered(ctx, m.ts, m.op, m.key, ki, m.base.ETag)
+			} else {
+				err = g.validate(ctx, m.ts, m.op, m.key)
+			}
+			if err != nil {
+				return objstore.ObjectInfo{}, err
 			}
 			validated = true
 			if h := g.cfg.Hooks.AfterValidate; h != nil {

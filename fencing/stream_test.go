@@ -211,6 +211,17 @@ func TestPreparedCommitsAreValidatedEarlyAndStillFenced(t *testing.T) {
 		t.Fatalf("the commit of a prepared, validated file read the register %d times; want 0", n)
 	}
 
+	// A commit arriving while Prepare's round is still in flight shares
+	// it: one register read for the whole write.
+	before = regReads.Load()
+	g.Prepare("p/c")
+	if _, err := gput(ctx, g, "p/c", "c", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := regReads.Load() - before; n != 1 {
+		t.Fatalf("prepare + commit read the register %d times; want 1", n)
+	}
+
 	g.Prepare("p/b")
 	waitFor(t, ctx, func() bool { return validatedEarly("p/b") })
 	b := newGuard(t, s, Config{Holder: "B"})
