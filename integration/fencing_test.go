@@ -173,7 +173,8 @@ func TestFrozenLeaderCannotLandWritesAfterTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A large file whose close starts a multipart upload.
+	// A large file: its multipart upload starts while it is written and
+	// completes at close.
 	big := bytes.Repeat([]byte("A-big-"), (96<<20)/6)
 	bigF, err := os.Create(a.Path("big"))
 	if err != nil {
