@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -81,7 +82,7 @@ func TestStreamsCommitWithPutsProtocol(t *testing.T) {
 				if st := stampOf(cur.Meta); st.Epoch != 1 || st.WID == "" || cur.Meta["mode"] != "33188" {
 					t.Fatalf("metadata %v: want the caller's mode and epoch-1 stamps", cur.Meta)
 				}
-				if !mapsEq(info.Meta, cur.Meta) {
+				if !maps.Equal(info.Meta, cur.Meta) {
 					t.Fatalf("CommitStream's info.Meta %v differs from the stored %v", info.Meta, cur.Meta)
 				}
 				noUploads(t, ctx, s)
@@ -163,18 +164,6 @@ func TestStreamsCommitWithPutsProtocol(t *testing.T) {
 			})
 		}
 	})
-}
-
-func mapsEq(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestPreparedCommitsAreValidatedEarlyAndStillFenced checks strict mode's

@@ -245,16 +245,17 @@ func TestReadsAtAnyOffsetAndLengthReturnTheObject(t *testing.T) {
 	})
 }
 
-// truncatingBody ends a GET's body after limit bytes of the object, as if
-// the object were shorter than the size the handle saw.
-type truncatingBody struct {
+// cutBody ends a GET's body after left bytes with err: io.EOF as if the
+// object were shorter than the size the handle saw, or a connection error.
+type cutBody struct {
 	io.ReadCloser
 	left int64
+	err  error
 }
 
-func (b *truncatingBody) Read(p []byte) (int, error) {
+func (b *cutBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
-		return 0, io.EOF
+		return 0, b.err
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
@@ -306,7 +307,7 @@ func TestReadOfAChangedObjectIsESTALENeverAMix(t *testing.T) {
 				name: "shorter than the size the handle saw",
 				change: func(t *testing.T, cs *countingStore, key string) {
 					cs.body = func(_ context.Context, rc io.ReadCloser) io.ReadCloser {
-						return &truncatingBody{ReadCloser: rc, left: 1000}
+						return &cutBody{ReadCloser: rc, left: 1000, err: io.EOF}
 					}
 				},
 				reads: [][2]int{{maxIO, maxIO}, {size - 4096, 4096}},
@@ -591,24 +592,6 @@ func TestLargeFileReadsThroughTheMountMatchTheObject(t *testing.T) {
 	}
 }
 
-// breakingBody fails with a connection error after limit bytes.
-type breakingBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *breakingBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		return 0, errors.New("connection reset by peer")
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	return n, err
-}
-
 // TestABrokenStreamFallsBackToRangedReads: when the stream's GET fails for
 // good (the store's own resumes exhausted), the reads it did not serve are
 // read with their own GETs and the next sequential read starts a new
@@ -619,7 +602,7 @@ func TestABrokenStreamFallsBackToRangedReads(t *testing.T) {
 	cs := &countingStore{Store: store}
 	cs.body = func(_ context.Context, rc io.ReadCloser) io.ReadCloser {
 		if broken.CompareAndSwap(false, true) {
-			return &breakingBody{ReadCloser: rc, left: 3*streamChunk/2 + 7}
+			return &cutBody{ReadCloser: rc, left: 3*streamChunk/2 + 7, err: errors.New("connection reset by peer")}
 		}
 		return rc
 	}

@@ -224,28 +224,28 @@ func (n *fileNode) commitStream(ctx context.Context, key string, size int64, met
 		return objstore.ObjectInfo{}, false, nil
 	}
 	sm := streamMeta(meta)
-	parts, ferr := u.finish(ctx, size)
-	if ferr == nil && !maps.Equal(sm, u.meta) {
-		ferr = errors.New("the metadata changed while writing")
+	parts, err := u.finish(ctx, size)
+	if err == nil && !maps.Equal(sm, u.meta) {
+		// CommitStream would refuse it too; checked here to spare the
+		// intent and the register read.
+		err = errors.New("the metadata changed while writing")
 	}
-	if ferr != nil {
-		u.drop()
-		n.fsys.metrics.streamed.WithLabelValues("fallback").Inc()
-		n.fsys.log.Debug("streamed upload unusable; uploading the whole file", "key", key, "reason", ferr)
-		return objstore.ObjectInfo{}, false, nil
+	sent := err == nil
+	if sent {
+		info, err = n.fsys.guard.CommitStream(ctx, u.st, parts, sm)
 	}
-	info, err = n.fsys.guard.CommitStream(ctx, u.st, parts, sm)
-	if errors.Is(err, fencing.ErrStreamChanged) {
+	switch {
+	case !sent || errors.Is(err, fencing.ErrStreamChanged):
 		u.drop()
 		n.fsys.metrics.streamed.WithLabelValues("fallback").Inc()
 		n.fsys.log.Debug("streamed upload unusable; uploading the whole file", "key", key, "reason", err)
 		return objstore.ObjectInfo{}, false, nil
-	}
-	u.cancel()
-	if err != nil {
+	case err != nil:
+		u.cancel()
 		n.fsys.metrics.streamed.WithLabelValues("failed").Inc()
 		return objstore.ObjectInfo{}, true, err
 	}
+	u.cancel()
 	n.fsys.metrics.streamed.WithLabelValues("committed").Inc()
 	return info, true, nil
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	mrand "math/rand/v2"
 	"sort"
 	"strings"
@@ -193,11 +194,11 @@ func testRoundTrip(t *testing.T, ctx context.Context, s objstore.Store) {
 	if st.ETag != want || st.Size != int64(len(data)) || st.ContentType != "text/plain" || st.LastModified.IsZero() {
 		t.Fatalf("stat %+v", st)
 	}
-	if !mapsEqual(st.Meta, meta) {
+	if !maps.Equal(st.Meta, meta) {
 		t.Fatalf("stat meta %v, want %v", st.Meta, meta)
 	}
 	got, gi := ReadAll(t, ctx, s, "dir/file.bin", objstore.GetOptions{})
-	if !bytes.Equal(got, data) || gi.ETag != want || !mapsEqual(gi.Meta, meta) || gi.Size != int64(len(data)) {
+	if !bytes.Equal(got, data) || gi.ETag != want || !maps.Equal(gi.Meta, meta) || gi.Size != int64(len(data)) {
 		t.Fatalf("get: %d bytes, info %+v", len(got), gi)
 	}
 	// Overwrite without metadata: metadata is replaced, not merged.
@@ -209,18 +210,6 @@ func testRoundTrip(t *testing.T, ctx context.Context, s objstore.Store) {
 	if len(st.Meta) != 0 || st.ETag != info2.ETag || st.Size != 10 {
 		t.Fatalf("after overwrite: %+v", st)
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func testRangedGets(t *testing.T, ctx context.Context, s objstore.Store) {
@@ -434,7 +423,7 @@ func testPiecewiseUpload(t *testing.T, ctx context.Context, s objstore.Store) {
 	}
 	wantContent(t, ctx, s, "pw", data, want)
 	st, err := s.Stat(ctx, "pw")
-	if err != nil || !mapsEqual(st.Meta, meta) {
+	if err != nil || !maps.Equal(st.Meta, meta) {
 		t.Fatalf("Stat = %v, %v; want CreateUpload's metadata %v", st.Meta, err, meta)
 	}
 	assertNoUploads(t, ctx, s, "pw")
@@ -590,7 +579,7 @@ func testCopyInPlace(t *testing.T, ctx context.Context, s objstore.Store) {
 		wantErr(t, "put on the replaced version", err, objstore.ErrPrecondition)
 		wantContent(t, ctx, s, "k", data, info.ETag)
 		st, err := s.Stat(ctx, "k")
-		if err != nil || !mapsEqual(st.Meta, meta) {
+		if err != nil || !maps.Equal(st.Meta, meta) {
 			t.Fatalf("metadata after self-copy: %v %v", st.Meta, err)
 		}
 		v = info
@@ -621,14 +610,14 @@ func testCopyMeta(t *testing.T, ctx context.Context, s objstore.Store) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !mapsEqual(info.Meta, tc.wantMeta) {
+			if !maps.Equal(info.Meta, tc.wantMeta) {
 				t.Fatalf("returned meta %v, want %v", info.Meta, tc.wantMeta)
 			}
 			st, err := s.Stat(ctx, dst)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !mapsEqual(st.Meta, tc.wantMeta) || st.ContentType != tc.wantCT {
+			if !maps.Equal(st.Meta, tc.wantMeta) || st.ContentType != tc.wantCT {
 				t.Fatalf("stat meta %v %q, want %v %q", st.Meta, st.ContentType, tc.wantMeta, tc.wantCT)
 			}
 		})
