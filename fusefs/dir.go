@@ -23,6 +23,41 @@ type dirNode struct {
 	fs.Inode
 	nodeBase
 	names dirNames // what the last listing showed, for lookups of absent names
+	// emptied records that this mount removed an entry from the directory
+	// or moved one out of it. An implicit directory (no marker) whose last
+	// object went that way no longer exists in the bucket; it stays visible
+	// to this mount (lookups, its parent's listings) until its rmdir or
+	// until the kernel forgets it, as a local directory emptied by rm does,
+	// so that rm -r and mv can remove it after the kernel's entry expired.
+	// Other mounts see it gone at once (docs/DECISIONS.md).
+	emptied bool // GUARDED_BY(mu)
+}
+
+// noteRemoval records that an entry left d through this mount.
+// LOCKS_EXCLUDED(d.mu)
+func (d *dirNode) noteRemoval() {
+	d.mu.Lock()
+	d.emptied = true
+	d.mu.Unlock()
+}
+
+// heldChild returns the child directory name when this mount removed
+// entries from it (so it may be an implicit directory emptied here), or nil.
+func (d *dirNode) heldChild(name string) *fs.Inode {
+	ch := d.GetChild(name)
+	if ch == nil {
+		return nil
+	}
+	dn, ok := ch.Operations().(*dirNode)
+	if !ok {
+		return nil
+	}
+	dn.mu.Lock()
+	defer dn.mu.Unlock()
+	if !dn.emptied {
+		return nil
+	}
+	return ch
 }
 
 var _ = (fs.InodeEmbedder)((*dirNode)(nil))
@@ -151,6 +186,12 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	r, err := d.fsys.resolve(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		if ch := d.heldChild(name); ch != nil {
+			fillEntry(ch, out)
+			return ch, 0
+		}
+	}
 	if err != nil {
 		return nil, d.fsys.errno("lookup", key, err)
 	}
@@ -312,12 +353,20 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 		}
 	}
 	for name, ch := range children {
-		if fn, ok := ch.Operations().(*fileNode); ok {
-			fn.mu.Lock()
-			local := fn.pending && !fn.unlinked
-			fn.mu.Unlock()
+		switch n := ch.Operations().(type) {
+		case *fileNode:
+			n.mu.Lock()
+			local := n.pending && !n.unlinked
+			n.mu.Unlock()
 			if local {
 				add(name, syscall.S_IFREG)
+			}
+		case *dirNode:
+			n.mu.Lock()
+			held := n.emptied
+			n.mu.Unlock()
+			if held {
+				add(name, syscall.S_IFDIR)
 			}
 		}
 	}
@@ -507,6 +556,9 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		defer cancel()
 		err = d.unlink(ctx, name, key)
 	}
+	if err == nil {
+		d.noteRemoval()
+	}
 	return d.fsys.errno("unlink", key, err)
 }
 
@@ -567,6 +619,9 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()
 		err = d.rmdir(ctx, name, key+"/")
+	}
+	if err == nil {
+		d.noteRemoval()
 	}
 	return d.fsys.errno("rmdir", key, err)
 }

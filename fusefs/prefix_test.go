@@ -69,11 +69,9 @@ func TestDirectoryRenameAboveTheLimitIsEXDEVAndMvFallsBack(t *testing.T) {
 		k.putObject(t, p, []byte(p), nil)
 	}
 	k.putObject(t, "small/a", []byte("a"), nil)
-	// EntryTTL: an implicit directory (no marker) disappears with its
-	// last object; mv's final rmdir of "big" needs the kernel's entry to
-	// outlive the copy, which takes longer than the default 1s on a
-	// loaded machine (a known wart, see the closing note of session 2).
-	m := k.mount(serveConfig{Token: 1, MaxDirRename: 2, EntryTTL: time.Minute})
+	// Short TTLs: mv's final rmdir of the implicit "big" (no marker; its
+	// objects are gone by then) looks it up again and must still find it.
+	m := k.mount(serveConfig{Token: 1, MaxDirRename: 2, EntryTTL: time.Millisecond, MetaTTL: time.Millisecond})
 	if err := syscall.Rename(m.Path("small"), m.Path("small2")); err != nil {
 		t.Fatalf("rename of a directory within the limit: %v", err)
 	}

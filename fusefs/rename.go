@@ -49,6 +49,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		err = d.rename(ctx, name, srcKey, np, newName, dstKey, flags&unix.RENAME_NOREPLACE != 0)
 		if err == nil {
 			np.names.add(newName)
+			d.noteRemoval()
 		}
 	}
 	return d.fsys.errno("rename", srcKey+" -> "+dstKey, err)
