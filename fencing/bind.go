@@ -84,6 +84,11 @@ func (g *Guard) Bind(ctx context.Context, token uint64) (uint64, error) {
 
 	ts := tokenState{mode: g.cfg.Mode, token: n, claim: claim}
 	err = g.sweep(ctx, ts)
+	if err == nil && g.cfg.Mode == ModeStrict {
+		// The journal exists before the validation below: any binder of a
+		// newer epoch raised after that validation lists (and seals) it.
+		err = g.createJournal(ctx, ts)
+	}
 	if err == nil {
 		// A newer epoch may have appeared while we swept: then we are not
 		// the leader, say so now rather than at the first write.

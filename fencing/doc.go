@@ -16,7 +16,10 @@
 //	                      no number is granted twice even if the register is
 //	                      reset)
 //	intents/<N>/<id>      "epoch N may be committing to key K on base B":
-//	                      written before the validation that precedes a commit
+//	                      a strict Guard's journal (one per binding, every
+//	                      key it may be committing to, rewritten with
+//	                      If-Match; sealed by the next binder), or a sweep's
+//	                      own intent (written before its validation)
 //	swept/<N>             the takeover sweep of epoch N completed (gc uses it)
 //
 // Every committed object carries the stamps MetaEpoch, MetaHolder and
@@ -30,14 +33,17 @@
 // epochs/N with If-None-Match:* (someone else's reservation: refused);
 // raises the register with If-Match on the ETag read (a lost race is
 // re-read and re-decided; a lost response is recognised by the claim id);
-// runs the takeover sweep; and only then is the Guard active. Bind(0) has
+// runs the takeover sweep; in strict mode creates its intent journal; and
+// validates once more; only then is the Guard active. Bind(0) has
 // the register issue one above every epoch and reservation seen. The
 // holder is Config.Holder (a stable name: a restart with the same name and
 // token reclaims the epoch and fences the previous instance) or a random
 // per-instance id.
 //
 // The takeover sweep lists the intents of every older epoch (and of earlier
-// instances of this one), writes its own intent naming the keys and bases,
+// instances of this one), seals every journal among them (a
+// compare-and-swap marking it sealed, repeated until it lands between two
+// writes of its writer), writes its own intent naming the keys and bases,
 // validates, and then, for each key, changes its ETag to one no older writer
 // can hold (server-side multipart copy onto itself in another shape, or a
 // conditional re-PUT when only the plain shape is fresh), or creates a
@@ -51,13 +57,17 @@
 // # Every mutation (strict)
 //
 //  1. if the Guard knows of a newer epoch: ErrFenced, no round trip;
-//  2. the intent for the key names the base (written once per key and base,
-//     shared by concurrent writes, early with Prepare/PrepareBase);
-//  3. validation: a GET of the register with If-None-Match on the cached
-//     ETag (normally a 304; concurrent mutations share one GET, and a GET
-//     always starts after the caller's intent was written). A newer epoch
-//     latches the Guard fenced; an unreadable register is ErrUnverified
-//     (fail closed: nothing is written);
+//  2. the intent: the binding's journal names the key and base (written
+//     once per key and base; concurrent writes share one journal write;
+//     early with Prepare/PrepareBase). The journal write carries If-Match
+//     on the ETag of the Guard's previous write;
+//  3. validation: that journal write succeeding is the validation (see
+//     below). In parallel, a GET of the register with If-None-Match on the
+//     cached ETag (normally a 304) refuses a mutation that starts after a
+//     newer epoch was raised, before its binder sealed. A sealed journal or
+//     a newer register latches the Guard fenced; a journal or register that
+//     cannot be written or read is ErrUnverified (fail closed: nothing is
+//     written);
 //  4. the commit, conditioned on the key itself: If-Match: base, or
 //     If-None-Match:* for a create;
 //  5. a refused commit is resolved with a HEAD: our write id there means our
@@ -65,26 +75,36 @@
 //     of a newer epoch means fenced; else the register is validated once
 //     more (fenced) or the answer is ErrStale. 409 and 5xx are retried with
 //     the same write id and condition;
-//  6. the intent is deleted asynchronously once no commit needs it (never
-//     after an unknown outcome: the next sweep must see it).
+//  6. the entry leaves the journal (batched, with the next write or a trim)
+//     once no commit needs it; never after an unknown outcome: the next
+//     sweep must see it.
 //
-// Why it is exact: B binds N+1 by raising the register (t1) then listing
-// intents (t2). A (epoch N) writes its intent (t3), validates (t4), commits.
-// If t3 > t2 then t4 > t1 and A's validation sees N+1: A never commits. If
-// t3 < t2, B's sweep changes the key's version: A's commit, whenever it
-// arrives, fails its precondition, unless it landed before the sweep, i.e.
-// before B was active. Every base a commit is conditioned on is named by
-// its intent before its validation (a sweep's own rewrites included), so
-// the intents name exactly the bases an older writer may still use.
+// Why it is exact: B binds N+1 by raising the register (t1), then listing
+// intents (t2) and sealing every older journal it found: a read, then a
+// write with If-Match on the ETag read (retried until no write of the
+// journal's owner came between; the owner stops writing once it sees N+1
+// or its refusal). A (epoch N) created its journal during its own binding
+// before the validation that made it active, so B's listing finds it
+// unless A's binding sees N+1 and A never becomes active. If A's journal
+// write naming key K succeeded, it happened before B's seal, so the sealed
+// content names K and B's sweep changes K's version: A's commit, whenever
+// it arrives, fails its precondition, unless it landed before the sweep,
+// i.e. before B was active. If it came after the seal, its precondition
+// fails and A is fenced: A never commits. Every base a commit is
+// conditioned on is named by its intent before its commit (a sweep's own
+// rewrites included: the sweep writes a plain intent, then validates by
+// register, which the same argument with t3 = that write covers), so the
+// intents name exactly the bases an older writer may still use.
 //
 // # Modes and their guarantees
 //
 //   - strict (default): no mutation of an epoch-N writer lands after a
 //     writer of a newer epoch is active, whatever the pauses (GC, SIGSTOP,
-//     VM freeze, partitions) between any two steps. Cost: an intent PUT per
-//     key (overlappable with the application's writes via Prepare) plus one
-//     conditional GET per commit. Requires strongly consistent LIST and
-//     atomic conditional PUT/Complete (checked by the probe).
+//     VM freeze, partitions) between any two steps. Cost: one journal write
+//     (a conditional PUT, with a conditional GET of the register beside it)
+//     before a commit, shared by concurrent commits and overlappable with
+//     the application's writes via Prepare. Requires strongly consistent
+//     LIST and atomic conditional PUT/Complete (checked by the probe).
 //   - fast: no intents: validate, then conditional commit (two round trips).
 //     A writer paused between a validation and its commit can still land
 //     that one commit after a newer epoch became active, if the key is

@@ -66,10 +66,14 @@ type Guard struct {
 	vPending *valRound // round callers join; not started yet; GUARDED_BY(vmu)
 	vRunning bool      // a round goroutine is running; GUARDED_BY(vmu)
 
-	// Settled intents waiting to be deleted, in batches (DeleteMany) by one
-	// flusher goroutine at a time.
-	delQueue   []string // GUARDED_BY(mu)
-	delRunning bool     // a flusher is running; GUARDED_BY(mu)
+	// jr is the intent journal of the current binding (strict mode; nil
+	// before it is created). GUARDED_BY(mu)
+	jr    *journal
+	jTrim bool // a journal trim is scheduled; GUARDED_BY(mu)
+
+	jmu      sync.Mutex
+	jPending *jRound // journal write callers join; not started yet; GUARDED_BY(jmu)
+	jRunning bool    // a journal writer goroutine is running; GUARDED_BY(jmu)
 }
 
 // tokenState is what a mutation captured at its start.
@@ -279,6 +283,9 @@ func (e *fenceError) Unwrap() []error {
 }
 
 func fencedErr(op, key, reason string) error {
+	if op == "" {
+		op = "intent"
+	}
 	return &fenceError{sentinel: ErrFenced, msg: fmt.Sprintf("fenced: %s (%s %s)", reason, op, key)}
 }
 
@@ -418,7 +425,9 @@ func (g *Guard) validate(ctx context.Context, ts tokenState, op, key string) err
 	case verdictFenced:
 		g.met.validation("fenced")
 		g.latchFenced(ts.token, ts.claim, reason)
-		g.met.refused(op)
+		if op != "" {
+			g.met.refused(op)
+		}
 		return fencedErr(op, key, reason)
 	case verdictUnverified:
 		g.met.validation("error")
@@ -511,17 +520,30 @@ func (g *Guard) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("closing the fencing guard: %w", ctx.Err())
 	}
+	// The journal goes unless it names a commit whose outcome is unknown
+	// (or one still in flight after ctx ended above).
 	g.mu.Lock()
-	var names []string
+	keep := false
 	for k, ki := range g.intents {
-		if ki.refs == 0 && ki.writtenOnce && !ki.orphan {
-			names = append(names, ki.name)
+		if ki.refs > 0 || ki.orphan {
+			keep = true
 		}
 		delete(g.intents, k)
 	}
+	jr := g.jr
+	g.jr = nil
+	if jr != nil {
+		keep = keep || len(jr.orphans) > 0
+		if jr.dead == nil {
+			jr.dead = unverifiedErr("the fencing guard is closed")
+		}
+	}
 	g.mu.Unlock()
-	if err := g.store.DeleteMany(ctx, names); err != nil {
-		return fmt.Errorf("closing the fencing guard: deleting intents: %w", err)
+	if jr == nil || keep {
+		return nil
+	}
+	if err := g.store.Delete(ctx, jr.name, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		return fmt.Errorf("closing the fencing guard: deleting the intent journal: %w", err)
 	}
 	return nil
 }

@@ -11,26 +11,25 @@ import (
 	"github.com/fencefs/fencefs/objstore"
 )
 
-// keyIntent is the live intent object this Guard keeps for one target key:
-// it names every base ("" = absent) a commit of ours to the key may be
-// conditioned on. All fields are GUARDED_BY(g.mu).
+// keyIntent is this Guard's intent for one target key: the bases ("" =
+// absent) a commit of ours to the key may be conditioned on, kept as an
+// entry of the binding's journal (journal.go). All fields are
+// GUARDED_BY(g.mu).
 type keyIntent struct {
 	key         string
-	name        string // object key of the intent
 	epoch       uint64
 	claim       string
 	bases       map[string]bool // wanted: the union of every base asked for
-	written     map[string]bool // covered by the last successful write
+	written     map[string]bool // in the journal as of its last successful write
 	writtenOnce bool
-	inflight    chan struct{} // closed when the write in flight ends; nil if none
-	refs        int           // commits using it
-	orphan      bool          // an outcome is unknown: never delete it ourselves
-	keepUntil   time.Time     // Prepare keeps it at least until then
-	gen         int           // bumped whenever refs drops to 0
-	// validated holds the bases for which a validation round that started
-	// after the intent naming them was durable has passed (Prepare runs
-	// one in the background): a commit on such a base needs no round of
-	// its own (see run).
+	refs        int       // commits using it
+	orphan      bool      // an outcome is unknown: never drop it ourselves
+	keepUntil   time.Time // Prepare keeps it at least until then
+	gen         int       // bumped whenever refs drops to 0
+	// validated holds the bases for which a validation passed after the
+	// intent naming them was durable: a journal write that names them
+	// (itself the validation, see journal.go) with the register read that
+	// runs beside it. A commit on such a base needs no round of its own.
 	validated map[string]bool
 	// early is closed when the last validation round started for the bases
 	// in earlyBases (after they were durable) ends; nil when none was
@@ -38,19 +37,22 @@ type keyIntent struct {
 	// (validateCovered).
 	early      chan struct{}
 	earlyBases map[string]bool
+	// round is the last validating journal write whose content names
+	// roundBases for this key; a caller needing one of them waits for it
+	// instead of queueing another write.
+	round      *jRound
+	roundBases map[string]bool
 }
 
-// ensureIntent makes sure an intent object covering (key, base) exists
-// (written completely) and takes a reference on it; the caller must call
-// settle. It writes or rewrites the intent at most once per new base, and
-// concurrent callers share writes.
+// ensureIntent makes sure the journal names (key, base) (written and
+// validated) and takes a reference on the key's intent; the caller must
+// call settle. Concurrent callers share journal writes.
 func (g *Guard) ensureIntent(ctx context.Context, ts tokenState, key, base string) (*keyIntent, error) {
 	g.mu.Lock()
 	ki := g.intents[key]
-	if ki == nil {
+	if ki == nil || ki.epoch != ts.token || ki.claim != ts.claim {
 		ki = &keyIntent{
 			key:     key,
-			name:    g.lay.intent(ts.token, ts.claim[:min(8, len(ts.claim))]+"-"+randomID(8)),
 			epoch:   ts.token,
 			claim:   ts.claim,
 			bases:   map[string]bool{},
@@ -67,57 +69,76 @@ func (g *Guard) ensureIntent(ctx context.Context, ts tokenState, key, base strin
 	return ki, nil
 }
 
-// cover writes ki so that it names base, unless it already does.
+// cover makes the journal name base for ki's key, unless it already does.
 func (g *Guard) cover(ctx context.Context, ki *keyIntent, base string) error {
 	g.mu.Lock()
-	for {
+	if ki.written[base] {
+		g.mu.Unlock()
+		return nil
+	}
+	if r := ki.round; r != nil && ki.roundBases[base] {
+		g.mu.Unlock()
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if r.err != nil {
+			return r.err
+		}
+		g.mu.Lock()
 		if ki.written[base] {
 			g.mu.Unlock()
 			return nil
 		}
-		ki.bases[base] = true
-		if ki.inflight != nil {
-			ch := ki.inflight
-			g.mu.Unlock()
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			g.mu.Lock()
-			continue
-		}
-		ch := make(chan struct{})
-		ki.inflight = ch
-		snap := make(map[string]bool, len(ki.bases))
-		for b := range ki.bases {
-			snap[b] = true
-		}
-		doc := intentDoc{Format: FormatVersion, Epoch: ki.epoch, Holder: g.holder, ClaimID: ki.claim,
-			Keys: []intentEntry{{Key: ki.key, Bases: sortedKeys(snap)}}, Written: g.cfg.Now().UTC()}
-		g.mu.Unlock()
-		err := g.putDoc(ctx, ki.name, doc)
-		g.mu.Lock()
-		ki.inflight = nil
-		close(ch)
-		if err != nil {
-			g.mu.Unlock()
-			return unverifiedErr("writing the intent for %s: %v", ki.key, err)
-		}
-		ki.written = snap
-		ki.writtenOnce = true
 	}
+	ki.bases[base] = true
+	if ki.orphan {
+		// No longer a live entry: the journal keeps it among its orphans.
+		if jr := g.jr; jr != nil && jr.epoch == ki.epoch && jr.claim == ki.claim {
+			if jr.orphans[ki.key] == nil {
+				jr.orphans[ki.key] = map[string]bool{}
+			}
+			jr.orphans[ki.key][base] = true
+		}
+	}
+	g.mu.Unlock()
+	if err := g.syncJournal(ctx, true); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ki.orphan && !ki.written[base] {
+		ki.written[base] = true // written as an orphan entry
+		if ki.validated == nil {
+			ki.validated = map[string]bool{}
+		}
+		ki.validated[base] = true
+	}
+	if !ki.written[base] {
+		return unverifiedErr("the intent journal was written without the intent for %s (the binding changed?)", ki.key)
+	}
+	return nil
 }
 
 // settle drops a reference taken by ensureIntent. definitive=false means
-// the commit's outcome is unknown (it may still land): the intent is then
-// left in the bucket for the next sweep, and a fresh one is used from now on.
+// the commit's outcome is unknown (it may still land): the entry then stays
+// in the journal for the next sweep (among its orphans), and a fresh
+// intent is used from now on.
 func (g *Guard) settle(ki *keyIntent, definitive bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ki.refs--
-	if !definitive && ki.writtenOnce {
+	if !definitive && ki.writtenOnce && !ki.orphan {
 		ki.orphan = true
+		if jr := g.jr; jr != nil && jr.epoch == ki.epoch && jr.claim == ki.claim {
+			if jr.orphans[ki.key] == nil {
+				jr.orphans[ki.key] = map[string]bool{}
+			}
+			for b := range ki.bases {
+				jr.orphans[ki.key][b] = true
+			}
+		}
 	}
 	if ki.orphan {
 		if g.intents[ki.key] == ki {
@@ -130,8 +151,8 @@ func (g *Guard) settle(ki *keyIntent, definitive bool) {
 	}
 }
 
-// scheduleDrop arranges for an idle intent to be deleted after the linger.
-// LOCKS_REQUIRED(g.mu)
+// scheduleDrop arranges for an idle intent to leave the journal after the
+// linger. LOCKS_REQUIRED(g.mu)
 func (g *Guard) scheduleDrop(ki *keyIntent) {
 	ki.gen++
 	gen := ki.gen
@@ -144,92 +165,63 @@ func (g *Guard) scheduleDrop(ki *keyIntent) {
 
 func (g *Guard) dropIdle(ki *keyIntent, gen int) {
 	g.mu.Lock()
-	if g.closed || ki.refs > 0 || ki.gen != gen || ki.orphan || ki.inflight != nil || g.intents[ki.key] != ki {
-		g.mu.Unlock()
+	defer g.mu.Unlock()
+	if g.closed || ki.refs > 0 || ki.gen != gen || ki.orphan || g.intents[ki.key] != ki {
 		return
 	}
 	delete(g.intents, ki.key)
 	if ki.writtenOnce {
-		g.queueDeleteLocked(ki.name)
+		g.scheduleJournalTrimLocked()
 	}
-	g.mu.Unlock()
 }
 
-// deleteBatchDelay is how long the intent-deletion flusher waits for more
-// settled intents before sending a batch: intents of files written in a
-// burst go in one DeleteObjects request instead of one DELETE each.
+// deleteBatchDelay is how long a journal trim waits for more settled
+// intents: entries of files written in a burst leave the journal in one
+// write instead of one each.
 const deleteBatchDelay = 50 * time.Millisecond
 
-// queueDeleteLocked queues the deletion of intent object name, starting
-// the flusher if none runs. LOCKS_REQUIRED(g.mu)
-func (g *Guard) queueDeleteLocked(name string) {
-	g.delQueue = append(g.delQueue, name)
-	if g.delRunning {
-		return
-	}
-	g.delRunning = true
-	g.wg.Add(1)
-	go g.flushDeletes()
-}
-
-// flushDeletes deletes queued intents in batches until the queue stays
-// empty. A failed batch is left to gc and to the next takeover sweep,
-// which remove settled intents too.
-func (g *Guard) flushDeletes() {
-	defer g.wg.Done()
-	for {
-		t := time.NewTimer(deleteBatchDelay)
-		select {
-		case <-t.C:
-		case <-g.bg.Done():
-			t.Stop()
-		}
-		g.mu.Lock()
-		names := g.delQueue
-		g.delQueue = nil
-		if len(names) == 0 {
-			g.delRunning = false
-			g.mu.Unlock()
-			return
-		}
-		g.mu.Unlock()
-		ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
-		if err := g.store.DeleteMany(ctx, names); err != nil {
-			g.log.Debug("deleting settled intents failed; gc or the next sweep removes them", "intents", len(names), "err", err)
-		}
-		cancel()
-	}
-}
-
-// dropAllIntents forgets every live intent (after a rebind their names are
-// under the previous epoch): idle ones are deleted, the others orphaned.
-// LOCKS_REQUIRED(g.mu)
+// dropAllIntents forgets every live intent and the journal (after a
+// rebind their entries are under the previous epoch): a journal that names
+// nothing in flight and no orphan is deleted; otherwise it stays for the
+// sweep. LOCKS_REQUIRED(g.mu)
 func (g *Guard) dropAllIntentsLocked() {
+	busy := false
 	for k, ki := range g.intents {
 		delete(g.intents, k)
-		if ki.refs == 0 && ki.writtenOnce && !ki.orphan {
-			name := ki.name
-			g.wg.Add(1)
-			go func() {
-				defer g.wg.Done()
-				ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
-				defer cancel()
-				_ = g.store.Delete(ctx, name, objstore.Condition{})
-			}()
-		} else {
+		if ki.refs > 0 || ki.orphan {
 			ki.orphan = true
+			busy = true
 		}
 	}
+	jr := g.jr
+	g.jr = nil
+	if jr == nil {
+		return
+	}
+	if jr.dead == nil {
+		jr.dead = unverifiedErr("the intent journal of epoch %d was replaced by a new binding", jr.epoch)
+	}
+	if busy || len(jr.orphans) > 0 {
+		return
+	}
+	name := jr.name
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+		defer cancel()
+		_ = g.store.Delete(ctx, name, objstore.Condition{})
+	}()
 }
 
-// liveIntentNames returns the names of this Guard's live intents, which a
-// sweep by this same Guard must not treat as an older writer's.
+// liveIntentNames returns the name of this Guard's journal, which a sweep
+// by this same Guard must not treat as an older writer's.
 func (g *Guard) liveIntentNames() map[string]bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[string]bool, len(g.intents))
-	for _, ki := range g.intents {
-		out[ki.name] = true
+	out := map[string]bool{}
+	if g.jr != nil && g.jr.dead == nil {
+		out[g.jr.name] = true
 	}
 	return out
 }
@@ -273,7 +265,7 @@ func (g *Guard) PrepareBase(key string, base Version) {
 		// a newer epoch raised after this round sweeps the intent and
 		// fences the key, however late the commit comes).
 		g.mu.Lock()
-		durable := ki.inflight == nil && ki.written[base.ETag]
+		durable := ki.written[base.ETag]
 		g.mu.Unlock()
 		if durable {
 			_ = g.validateCovered(ctx, ts, "prepare", key, ki, base.ETag)

@@ -12,8 +12,10 @@ import (
 
 // FormatVersion is the format of the register, reservation and intent
 // objects this package writes. A newer format in the bucket makes binding
-// and validation fail closed (ErrUnverified) instead of guessing.
-const FormatVersion = 1
+// and validation fail closed (ErrUnverified) instead of guessing. Format 2
+// added intent journals, which a binder must seal before sweeping: a
+// format-1 binder would sweep without sealing, so it must refuse them.
+const FormatVersion = 2
 
 // Protocol key layout under <domain>.fencefs/ (see DESIGN.md §3).
 const (
@@ -89,6 +91,20 @@ type intentDoc struct {
 	Written time.Time     `json:"written"`
 	// Sweep marks the intent a takeover sweep writes for its own rewrites.
 	Sweep bool `json:"sweep,omitempty"`
+	// Journal marks a strict Guard's intent journal (journal.go): rewritten
+	// by its writer with If-Match, Seq counting the writes; a binder seals
+	// it (Sealed) before sweeping the keys it names.
+	Journal bool     `json:"journal,omitempty"`
+	Seq     uint64   `json:"seq,omitempty"`
+	Sealed  *sealDoc `json:"sealed,omitempty"`
+}
+
+// sealDoc records the binder that sealed a journal.
+type sealDoc struct {
+	Epoch   uint64    `json:"epoch"`
+	Holder  string    `json:"holder"`
+	ClaimID string    `json:"claim_id"`
+	At      time.Time `json:"at"`
 }
 
 type intentEntry struct {

@@ -195,6 +195,9 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 				if headCh != nil {
 					<-headCh
 				}
+				if errors.Is(err, ErrFenced) {
+					g.met.refused(m.op)
+				}
 				return objstore.ObjectInfo{}, err
 			}
 			if h := g.cfg.Hooks.AfterIntent; h != nil {

@@ -39,7 +39,7 @@ type sweepTarget struct {
 // other writer.
 func (g *Guard) sweep(ctx context.Context, ts tokenState) error {
 	live := g.liveIntentNames()
-	names, targets, err := g.collectIntents(ctx, ts.token, live)
+	names, targets, err := g.collectIntents(ctx, ts, live)
 	if err != nil {
 		return err
 	}
@@ -84,9 +84,11 @@ func (g *Guard) sweep(ctx context.Context, ts tokenState) error {
 	return g.deleteIntents(ctx, append(names, si.name))
 }
 
-// collectIntents lists and reads the intents of epochs <= epoch (skipping
-// this Guard's live ones) and groups them by target key.
-func (g *Guard) collectIntents(ctx context.Context, epoch uint64, live map[string]bool) ([]string, []sweepTarget, error) {
+// collectIntents lists and reads the intents of epochs <= ts.token
+// (skipping this Guard's live journal), sealing every intent journal among
+// them, and groups them by target key.
+func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[string]bool) ([]string, []sweepTarget, error) {
+	epoch := ts.token
 	var dirs []uint64
 	prefix := g.lay.intentsPrefix()
 	err := g.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
@@ -112,12 +114,22 @@ func (g *Guard) collectIntents(ctx context.Context, epoch uint64, live map[strin
 	}
 	docs := make([]*intentDoc, len(names))
 	if err := forEach(ctx, len(names), func(ctx context.Context, i int) error {
-		doc, err := readIntent(ctx, g.store, names[i])
+		doc, etag, err := readJournal(ctx, g.store, names[i])
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil // deleted meanwhile: its writer settled
 		}
+		if err != nil {
+			return intentReadErr(names[i], err)
+		}
+		if doc.Journal {
+			// Seal it first: its writer can add nothing after this, so
+			// the sealed content names every key it may commit to.
+			if doc, err = g.sealJournal(ctx, ts, names[i], doc, etag); err != nil {
+				return err
+			}
+		}
 		docs[i] = doc
-		return err
+		return nil
 	}); err != nil {
 		return nil, nil, err
 	}
@@ -147,24 +159,12 @@ func (g *Guard) collectIntents(ctx context.Context, epoch uint64, live map[strin
 	return names, targets, nil
 }
 
-func readIntent(ctx context.Context, store objstore.Store, name string) (*intentDoc, error) {
-	rc, _, err := store.Get(ctx, name, objstore.GetOptions{})
-	if err != nil {
-		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, err
-		}
-		return nil, unverifiedErr("reading intent %s: %v", name, err)
+// intentReadErr describes an intent that cannot be read or understood.
+func intentReadErr(name string, err error) error {
+	if errors.Is(err, ErrUnverified) {
+		return fmt.Errorf("%w (delete it by hand only if no writer of its epoch can still commit)", err)
 	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 4<<20))
-	if err != nil {
-		return nil, unverifiedErr("reading intent %s: %v", name, err)
-	}
-	var d intentDoc
-	if err := decodeDoc("intent "+name, b, &d, func() int { return d.Format }); err != nil {
-		return nil, fmt.Errorf("%w (delete it by hand only if no writer of epoch %s can still commit)", err, strings.TrimPrefix(name, ""))
-	}
-	return &d, nil
+	return unverifiedErr("reading intent %s: %v", name, err)
 }
 
 // sweepState is what a stat of a swept key found.

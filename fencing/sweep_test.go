@@ -65,14 +65,7 @@ func sweepOutcome(t *testing.T, ctx context.Context, s objstore.Store, keys []st
 		}
 		out[k] = st
 	}
-	var left []string
-	if err := s.List(ctx, newLayout("").intentsPrefix(), "", func(e objstore.Entry) error {
-		left = append(left, e.Key)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if len(left) != 0 {
+	if left := intentKeys(t, ctx, s, ""); len(left) != 0 {
 		t.Errorf("intents left after a completed sweep: %v", left)
 	}
 	return out

@@ -597,13 +597,12 @@ func TestGCRemovesSweepTombstonesAndStaleUploads(t *testing.T) {
 	// A writes a new file and pauses between its intent and its validation.
 	writeErr := make(chan error, 1)
 	go func() { writeErr <- os.WriteFile(a.Path("k.txt"), []byte("late write"), 0o644) }()
-	waitFor(t, "A's intent", func() bool {
-		for o := range cl.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: ".fencefs/intents/", Recursive: true}) {
-			if o.Err == nil {
-				return true
-			}
-		}
-		return false
+	// The failpoint appends the key to pause.reached when A is paused:
+	// its intent is in the journal, and close(2) is in progress (so the
+	// fd is gone: the fork below cannot inherit it and flush it).
+	waitFor(t, "A's paused commit", func() bool {
+		b, _ := os.ReadFile(pause + ".reached")
+		return strings.Contains(string(b), "k.txt")
 	})
 	// A new epoch sweeps A's intent: k.txt is absent, so it gets a tombstone.
 	if r := runBin(t, gw.Env(), "epoch", "raise", bucket, "4"); r.code != 0 {

@@ -1,0 +1,417 @@
+package fencing
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// A strict Guard keeps its intents in one journal object per binding,
+// intents/<N>/<claim>-<id>, instead of one object per key (docs/DECISIONS.md
+// "Intent journals"). The journal is created when the binding's sweep is
+// done and before the validation that makes the Guard active; from then on
+// only this Guard writes it, each time with If-Match on the ETag of its own
+// previous write. A binder of a newer epoch seals every older journal it
+// lists — a compare-and-swap that marks it sealed — and sweeps the keys the
+// sealed content names. So a journal write that succeeds happened before
+// any seal: whoever takes over later sweeps every key it names. A write
+// after a seal fails its precondition, and this Guard learns that it is
+// fenced. The successful write is therefore the validation of the bases it
+// names, and a commit needs one round trip before it instead of two (intent
+// PUT, then register GET). A register GET still runs in parallel with each
+// journal write, so a mutation that starts after a newer epoch was raised
+// is refused even while that binder has not sealed yet.
+//
+// Writes are group commits: callers join the next write that has not
+// started, so any number of concurrent commits share one request.
+
+// journal is the intent journal of one binding. All fields are
+// GUARDED_BY(g.mu) except the constants name, epoch and claim.
+type journal struct {
+	name  string
+	epoch uint64
+	claim string
+
+	etag string // ETag of our last successful write
+	seq  uint64 // sequence number of our last successful write
+	// orphans are entries whose commit outcome is unknown: they stay in
+	// every later write, for the next sweep.
+	orphans map[string]map[string]bool
+	// dead is set once the journal cannot be written any more (sealed by
+	// a newer binder, replaced by a new binding, or gone).
+	dead error
+}
+
+// jRound is one journal write that callers share.
+type jRound struct {
+	done     chan struct{}
+	validate bool // run a register validation in parallel
+	err      error
+}
+
+// createJournal creates the journal of binding ts (strict mode), empty,
+// with If-None-Match:*. LOCKS_EXCLUDED(g.mu)
+func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
+	g.mu.Lock()
+	if jr := g.jr; jr != nil && jr.epoch == ts.token && jr.claim == ts.claim && jr.dead == nil {
+		g.mu.Unlock()
+		return nil // a re-run of this binding's sweep keeps its journal
+	}
+	g.mu.Unlock()
+	jr := &journal{
+		name:    g.lay.intent(ts.token, ts.claim[:min(8, len(ts.claim))]+"-"+randomID(8)),
+		epoch:   ts.token,
+		claim:   ts.claim,
+		orphans: map[string]map[string]bool{},
+	}
+	doc := g.journalDoc(jr, 0, nil)
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	var etag string
+	put := func() error {
+		info, err := g.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
+			Cond: objstore.Condition{IfNoneMatch: true}, Shape: objstore.ShapePlain, ContentType: "application/json"})
+		if errors.Is(err, objstore.ErrPrecondition) {
+			// A lost response of our own create (the name is random).
+			cur, curETag, rerr := readJournal(ctx, g.store, jr.name)
+			if rerr == nil && cur.ClaimID == jr.claim && cur.Seq == 0 && cur.Sealed == nil {
+				etag = curETag
+				return nil
+			}
+			return err
+		}
+		if err == nil {
+			etag = objstore.NormalizeETag(info.ETag)
+		}
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		err = put()
+		// A store that keeps keys as files can refuse the create while a
+		// concurrent sweep removes the epoch's (then empty) directory
+		// (the Versity gateway: ExistingObjectIsDirectory); the name is
+		// random, so any refusal but a precondition is worth a retry.
+		if err == nil || errors.Is(err, objstore.ErrPrecondition) || attempt >= 5 || ctx.Err() != nil {
+			break
+		}
+		if berr := backoff(ctx, attempt); berr != nil {
+			break
+		}
+	}
+	if err != nil {
+		return unverifiedErr("creating the intent journal %s: %v", jr.name, err)
+	}
+	jr.etag = etag
+	g.mu.Lock()
+	g.jr = jr
+	g.mu.Unlock()
+	return nil
+}
+
+// journalDoc is the content of jr's write number seq: every live intent's
+// key and bases (live maps key → bases; nil means none) plus the orphans.
+// LOCKS_REQUIRED(g.mu) when live is taken from g.intents.
+func (g *Guard) journalDoc(jr *journal, seq uint64, live map[string]map[string]bool) intentDoc {
+	keys := map[string]map[string]bool{}
+	for k, bs := range jr.orphans {
+		keys[k] = maps.Clone(bs)
+	}
+	for k, bs := range live {
+		if keys[k] == nil {
+			keys[k] = map[string]bool{}
+		}
+		maps.Copy(keys[k], bs)
+	}
+	doc := intentDoc{Format: FormatVersion, Epoch: jr.epoch, Holder: g.holder, ClaimID: jr.claim,
+		Journal: true, Seq: seq, Written: g.cfg.Now().UTC(), Keys: []intentEntry{}}
+	for _, k := range sortedKeys(boolKeys(keys)) {
+		doc.Keys = append(doc.Keys, intentEntry{Key: k, Bases: sortedKeys(keys[k])})
+	}
+	return doc
+}
+
+// syncJournal returns once a journal write that started after this call
+// has succeeded (with a passed register validation when validate is set).
+// Errors: ErrFenced (sealed by a newer binder, or a newer register),
+// ErrUnverified (the journal or register could not be written or read).
+func (g *Guard) syncJournal(ctx context.Context, validate bool) error {
+	g.jmu.Lock()
+	r := g.jPending
+	if r == nil {
+		r = &jRound{done: make(chan struct{})}
+		g.jPending = r
+	}
+	if validate {
+		r.validate = true
+	}
+	if !g.jRunning {
+		g.jRunning = true
+		g.jPending = nil
+		g.wg.Add(1)
+		go g.runJournalRounds(r)
+	}
+	g.jmu.Unlock()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// runJournalRounds runs r, then any round that callers joined meanwhile.
+func (g *Guard) runJournalRounds(r *jRound) {
+	defer g.wg.Done()
+	for r != nil {
+		r.err = g.writeJournal(r)
+		close(r.done)
+		g.jmu.Lock()
+		r = g.jPending
+		g.jPending = nil
+		if r == nil {
+			g.jRunning = false
+		}
+		g.jmu.Unlock()
+	}
+}
+
+// writeJournal writes the journal's current content (round r).
+func (g *Guard) writeJournal(r *jRound) error {
+	validate := r.validate
+	ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+	defer cancel()
+	g.mu.Lock()
+	jr := g.jr
+	if jr == nil {
+		g.mu.Unlock()
+		return unverifiedErr("no intent journal: the token is not bound in strict mode")
+	}
+	if jr.dead != nil {
+		g.mu.Unlock()
+		return jr.dead
+	}
+	if g.state == StateFenced && g.token == jr.epoch {
+		// Stop writing: a binder may be trying to seal this journal.
+		err := fencedErr("intent", jr.name, g.reason)
+		g.mu.Unlock()
+		return err
+	}
+	live := map[string]map[string]bool{}
+	snap := map[*keyIntent]map[string]bool{}
+	for k, ki := range g.intents {
+		if ki.epoch != jr.epoch || ki.claim != jr.claim {
+			continue
+		}
+		live[k] = maps.Clone(ki.bases)
+		snap[ki] = live[k]
+		if validate {
+			ki.round, ki.roundBases = r, live[k] // cover may wait for r
+		}
+	}
+	seq := jr.seq + 1
+	doc := g.journalDoc(jr, seq, live)
+	prev := jr.etag
+	ts := tokenState{mode: g.cfg.Mode, token: jr.epoch, claim: jr.claim}
+	g.mu.Unlock()
+
+	var verr error
+	var wg sync.WaitGroup
+	if validate {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			verr = g.validate(ctx, ts, "", jr.name) // refusals are counted by the mutation
+		}()
+	}
+	etag, err := g.casJournal(ctx, jr, prev, doc)
+	wg.Wait()
+
+	if err != nil && errors.Is(verr, ErrFenced) {
+		err = verr // the register already shows the newer epoch
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, ErrFenced) {
+			if jr.dead == nil {
+				jr.dead = err
+			}
+		}
+		return err
+	}
+	if jr.seq < seq {
+		jr.etag, jr.seq = etag, seq
+	}
+	for ki, bases := range snap {
+		ki.written = bases
+		ki.writtenOnce = true
+		if validate && verr == nil {
+			if ki.validated == nil {
+				ki.validated = map[string]bool{}
+			}
+			maps.Copy(ki.validated, bases)
+		}
+	}
+	return verr
+}
+
+// casJournal writes doc over the journal version prev, retrying transient
+// failures with the same precondition; a refused precondition is resolved
+// by reading the journal: our own write (a lost response), a seal
+// (ErrFenced, latched) or anything else (ErrUnverified).
+func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc intentDoc) (string, error) {
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return "", err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 6; attempt++ {
+		info, err := g.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
+			Cond: objstore.Condition{IfMatch: prev}, Shape: objstore.ShapePlain, ContentType: "application/json"})
+		switch {
+		case err == nil:
+			return objstore.NormalizeETag(info.ETag), nil
+		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
+			cur, etag, rerr := readJournal(ctx, g.store, jr.name)
+			switch {
+			case errors.Is(rerr, objstore.ErrNotFound):
+				// Only a sweep of a newer binding (or gc after one)
+				// removes another Guard's journal: it was sealed, swept
+				// and deleted.
+				reason := fmt.Sprintf("the intent journal of epoch %d was removed by a newer epoch's sweep (or by hand)", jr.epoch)
+				g.latchFenced(jr.epoch, jr.claim, reason)
+				return "", fencedErr("intent", jr.name, reason)
+			case rerr != nil:
+				return "", unverifiedErr("reading the intent journal %s after a refused write: %v", jr.name, rerr)
+			case cur.Sealed != nil:
+				reason := fmt.Sprintf("the intent journal of epoch %d was sealed by epoch %d (%s)", jr.epoch, cur.Sealed.Epoch, holderName(cur.Sealed.Holder))
+				g.latchFenced(jr.epoch, jr.claim, reason)
+				return "", fencedErr("intent", jr.name, reason)
+			case cur.ClaimID == jr.claim && cur.Seq == doc.Seq:
+				return etag, nil // our write landed; its response was lost
+			}
+			return "", unverifiedErr("the intent journal %s holds write %d, not ours (%d)", jr.name, cur.Seq, doc.Seq)
+		case isTransient(err):
+			lastErr = err
+			if berr := backoff(ctx, attempt); berr != nil {
+				return "", unverifiedErr("writing the intent journal: %v", err)
+			}
+		case ctx.Err() != nil:
+			return "", unverifiedErr("writing the intent journal: %v", ctx.Err())
+		default:
+			return "", unverifiedErr("writing the intent journal %s: %v", jr.name, err)
+		}
+	}
+	return "", unverifiedErr("writing the intent journal %s: %v", jr.name, lastErr)
+}
+
+// readJournal reads an intent object with its ETag.
+func readJournal(ctx context.Context, store objstore.Store, name string) (*intentDoc, string, error) {
+	rc, info, err := store.Get(ctx, name, objstore.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxIntentSize))
+	if err != nil {
+		return nil, "", err
+	}
+	var d intentDoc
+	if err := decodeDoc("intent "+name, b, &d, func() int { return d.Format }); err != nil {
+		return nil, "", err
+	}
+	return &d, objstore.NormalizeETag(info.ETag), nil
+}
+
+// maxIntentSize bounds what is read of one intent object.
+const maxIntentSize = 64 << 20
+
+// maxSealAttempts bounds the read-seal loop on one journal (each failed
+// attempt means its writer wrote meanwhile; the writer stops once its
+// parallel register read shows the newer epoch).
+const maxSealAttempts = 64
+
+// sealJournal seals the journal name (read as doc at etag) for binding ts,
+// so that its writer can add nothing more, and returns the sealed content
+// (nil when the journal is gone: its writer deleted it with nothing in
+// flight, or another binder swept and removed it).
+func (g *Guard) sealJournal(ctx context.Context, ts tokenState, name string, doc *intentDoc, etag string) (*intentDoc, error) {
+	for attempt := 0; attempt < maxSealAttempts; attempt++ {
+		if doc.Sealed != nil {
+			return doc, nil
+		}
+		sealed := *doc
+		sealed.Sealed = &sealDoc{Epoch: ts.token, Holder: g.holder, ClaimID: ts.claim, At: g.cfg.Now().UTC()}
+		b, err := json.Marshal(sealed)
+		if err != nil {
+			return nil, err
+		}
+		_, err = g.store.Put(ctx, name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
+			Cond: objstore.Condition{IfMatch: etag}, Shape: objstore.ShapePlain, ContentType: "application/json"})
+		switch {
+		case err == nil:
+			return &sealed, nil
+		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound), isTransient(err):
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		default:
+			return nil, unverifiedErr("sealing the intent journal %s: %v", name, err)
+		}
+		// Its writer wrote meanwhile (or our seal's outcome is unknown):
+		// read again.
+		doc, etag, err = readJournal(ctx, g.store, name)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, unverifiedErr("reading the intent journal %s: %v", name, err)
+		}
+		if doc.Sealed != nil && doc.Sealed.ClaimID == ts.claim && doc.Sealed.Epoch == ts.token {
+			return doc, nil // our seal landed
+		}
+		if berr := backoff(ctx, min(attempt, 3)); berr != nil {
+			return nil, berr
+		}
+	}
+	return nil, unverifiedErr("could not seal the intent journal %s after %d attempts (its writer keeps writing)", name, maxSealAttempts)
+}
+
+// scheduleJournalTrimLocked arranges for one journal write after the
+// deletion batch delay, dropping the entries of intents that settled.
+// LOCKS_REQUIRED(g.mu)
+func (g *Guard) scheduleJournalTrimLocked() {
+	if g.jTrim || g.closed {
+		return
+	}
+	g.jTrim = true
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		select {
+		case <-time.After(deleteBatchDelay):
+		case <-g.bg.Done():
+		}
+		g.mu.Lock()
+		g.jTrim = false
+		closed := g.closed
+		g.mu.Unlock()
+		if closed {
+			return
+		}
+		ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+		defer cancel()
+		if err := g.syncJournal(ctx, false); err != nil {
+			g.log.Debug("trimming the intent journal failed; the next write or sweep handles it", "err", err)
+		}
+	}()
+}

@@ -1,0 +1,174 @@
+package fencing
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/fencefs/fencefs/objstore/memstore"
+)
+
+// staleRegister is a store whose conditional register reads always answer
+// "not modified": the Guard using it never learns a newer epoch from the
+// register, only from its sealed journal.
+type staleRegister struct{ objstore.Store }
+
+func (s staleRegister) Get(ctx context.Context, key string, opts objstore.GetOptions) (io.ReadCloser, objstore.ObjectInfo, error) {
+	if strings.HasSuffix(key, ProtocolDir+"/"+registerName) && opts.IfNoneMatch != "" {
+		return nil, objstore.ObjectInfo{}, objstore.ErrNotModified
+	}
+	return s.Store.Get(ctx, key, opts)
+}
+
+// TestJournalSealedByANewerBinderFencesItsOwner checks the journal's own
+// guarantee, without help from the register: once a newer binder sealed
+// the journal (its sweep then crashed, leaving it sealed; or completed and
+// removed it), the owner's next journal write is refused, the owner is
+// fenced, and its commit never reaches the bucket.
+func TestJournalSealedByANewerBinderFencesItsOwner(t *testing.T) {
+	eachStore(t, func(t *testing.T, newStore func() objstore.Store, real bool) {
+		for _, tc := range []struct {
+			name, why string
+			crash     bool
+		}{
+			{"sweep crashed after sealing", "sealed by epoch 2", true},
+			{"sweep completed", "removed by a newer epoch's sweep", false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := testCtx(t, 30*time.Second)
+				s := newStore()
+				a := newGuard(t, staleRegister{s}, Config{Holder: "A"})
+				bind(t, ctx, a, 1)
+				if _, err := gput(ctx, a, "j/a", "a1", Version{}); err != nil {
+					t.Fatal(err)
+				}
+				var hooks Hooks
+				if tc.crash {
+					hooks.BeforeSweepKey = func(context.Context, string) error { return errors.New("crash") }
+				}
+				b := newGuard(t, s, Config{Holder: "B", Hooks: hooks})
+				if _, err := b.Bind(ctx, 2); (err != nil) != tc.crash {
+					t.Fatalf("B's Bind = %v", err)
+				}
+
+				_, err := gput(ctx, a, "j/b", "late", Version{})
+				mustFenced(t, "A's commit after B sealed its journal", err, tc.why)
+				if _, _, ok := read(t, ctx, s, "j/b"); ok {
+					t.Fatal("j/b exists: A's commit landed after the seal")
+				}
+				if st := a.Status(); st.State != StateFenced {
+					t.Errorf("A after the refused journal write: %+v, want fenced", st)
+				}
+				if !tc.crash {
+					// B swept what A's journal named.
+					if _, info, _ := read(t, ctx, s, "j/a"); info.Meta[MetaEpoch] != "2" {
+						t.Errorf("j/a after B's sweep is stamped %q, want 2", info.Meta[MetaEpoch])
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestRaisedRegisterFencesBeforeTheSeal checks the register read that runs
+// beside every journal write: a binder that raised the register and died
+// before sealing still fences the older writer's next mutation.
+func TestRaisedRegisterFencesBeforeTheSeal(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, a, 1)
+	lay := newLayout("")
+	rc, info, err := s.Get(ctx, lay.register(), objstore.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	b, _ := json.Marshal(Register{Format: FormatVersion, Epoch: 2, Holder: "B", ClaimID: "dead-binder", PrevEpoch: 1})
+	if _, err := s.Put(ctx, lay.register(), bytes.NewReader(b), int64(len(b)), objstore.PutOptions{Cond: objstore.Condition{IfMatch: info.ETag}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = gput(ctx, a, "j/x", "late", Version{})
+	mustFenced(t, "a mutation after the raise, before any seal", err, "epoch 2")
+	if _, _, ok := read(t, ctx, s, "j/x"); ok {
+		t.Fatal("j/x landed after the register was raised")
+	}
+}
+
+// TestConcurrentCommitsShareJournalWrites checks the group commit: commits
+// arriving while a journal write is in flight join the next one.
+func TestConcurrentCommitsShareJournalWrites(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, a, 1)
+	var writes atomic.Int32
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if ev.Op == memstore.OpPut && ev.Phase == memstore.PhaseBefore && strings.Contains(ev.Key, "/intents/") {
+			writes.Add(1)
+			time.Sleep(20 * time.Millisecond) // keep the write in flight while the others arrive
+		}
+		return nil
+	})
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = gput(ctx, a, fmt.Sprintf("g/f%02d", i), "x", Version{})
+		}()
+	}
+	wg.Wait()
+	s.SetHook(nil)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if w := writes.Load(); w > 3 {
+		t.Errorf("%d concurrent commits made %d journal writes; want them to share (at most 3)", n, w)
+	}
+	if k := countIntents(t, ctx, s); k != n {
+		t.Errorf("the journal names %d keys, want %d (intents linger)", k, n)
+	}
+}
+
+// TestLostJournalWriteResponseIsRecognisedAsOurs checks that a journal
+// write whose response was lost is not mistaken for a seal: the retry is
+// refused (the ETag moved), the journal holds our write, the commit goes on.
+func TestLostJournalWriteResponseIsRecognisedAsOurs(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, a, 1)
+	var lost atomic.Bool
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if ev.Op == memstore.OpPut && ev.Phase == memstore.PhaseAfter && ev.Err == nil &&
+			strings.Contains(ev.Key, "/intents/") && lost.CompareAndSwap(false, true) {
+			return objstore.ErrUnavailable // applied; the response is "lost"
+		}
+		return nil
+	})
+	if _, err := gput(ctx, a, "l/k", "v", Version{}); err != nil {
+		t.Fatalf("commit after a lost journal response: %v", err)
+	}
+	s.SetHook(nil)
+	if !lost.Load() {
+		t.Fatal("the hook never fired")
+	}
+	if got, _, ok := read(t, ctx, s, "l/k"); !ok || got != "v" {
+		t.Errorf("l/k = %q, %v", got, ok)
+	}
+	if st := a.Status(); st.State != StateActive {
+		t.Errorf("after a lost journal response: %+v, want active", st)
+	}
+}
