@@ -69,9 +69,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock (tests inject one); nil means time.Now.
 	Now func() time.Time
-	// IntentLinger is how long an intent whose writes have all settled is
-	// kept before it is deleted, so that a key flushed again soon reuses it
-	// (0 means 2s). Deletion is asynchronous and batched.
+	// IntentLinger is how long an intent whose writes have all settled
+	// stays in the journal, so that a key committed again on the same base
+	// reuses it (0: it leaves at once — the journal then holds only
+	// commits in flight and dirty handles, and every write of it stays
+	// small). Removal is batched into the journal's next write.
 	IntentLinger time.Duration
 	// OpTimeout bounds one validation round and one background protocol
 	// write (intent, intent deletion); 0 means 30s.

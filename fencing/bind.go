@@ -174,6 +174,9 @@ func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (
 			}
 			reserved = true
 		}
+		if err := g.sealOlder(ctx, token, claim); err != nil {
+			return 0, err
+		}
 		ok, err := g.casRegister(ctx, reg, etag, exists, token, claim)
 		if ok {
 			return token, nil
@@ -225,6 +228,9 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 			}
 			return 0, err
 		}
+		if err := g.sealOlder(ctx, n, claim); err != nil {
+			return 0, err
+		}
 		ok, err := g.casRegister(ctx, reg, etag, exists, n, claim)
 		if ok {
 			return n, nil
@@ -244,6 +250,22 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 		}
 	}
 	return 0, unverifiedErr("could not obtain a token after %d attempts (heavy contention?)", maxBindAttempts)
+}
+
+// sealOlder seals the intent journals of every epoch <= n (other than this
+// Guard's live one) before the register is raised to n, so that an older
+// writer is fenced from the moment the raise is visible — also when this
+// binder dies right after it. A journal whose writer is too busy to be
+// sealed in a few attempts is left for the sweep, which lists and seals
+// again after the raise (for journals created meanwhile too); that writer
+// then stops at its next register read (regCheckEvery).
+func (g *Guard) sealOlder(ctx context.Context, n uint64, claim string) error {
+	_, _, err := g.collectIntents(ctx, tokenState{mode: g.cfg.Mode, token: n, claim: claim}, g.liveIntentNames(), preRaiseSealAttempts)
+	if errors.Is(err, errSealContended) {
+		g.log.Info("an older writer is busy: its intent journal is sealed after the register is raised", "epoch", n, "err", err)
+		return nil
+	}
+	return err
 }
 
 // reserve creates epochs/<n> once. An existing reservation is fine if it is

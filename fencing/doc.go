@@ -31,8 +31,10 @@
 // Bind(N) reads the register; refuses N if the register is newer, or holds
 // N for another holder (ErrBadToken, saying who holds what); creates
 // epochs/N with If-None-Match:* (someone else's reservation: refused);
-// raises the register with If-Match on the ETag read (a lost race is
-// re-read and re-decided; a lost response is recognised by the claim id);
+// seals the intent journals of older epochs (so that their writers are
+// fenced from the moment the raise is visible); raises the register with
+// If-Match on the ETag read (a lost race is re-read and re-decided; a lost
+// response is recognised by the claim id);
 // runs the takeover sweep; in strict mode creates its intent journal; and
 // validates once more; only then is the Guard active. Bind(0) has
 // the register issue one above every epoch and reservation seen. The
@@ -62,12 +64,11 @@
 //     early with Prepare/PrepareBase). The journal write carries If-Match
 //     on the ETag of the Guard's previous write;
 //  3. validation: that journal write succeeding is the validation (see
-//     below). In parallel, a GET of the register with If-None-Match on the
-//     cached ETag (normally a 304) refuses a mutation that starts after a
-//     newer epoch was raised, before its binder sealed. A sealed journal or
-//     a newer register latches the Guard fenced; a journal or register that
-//     cannot be written or read is ErrUnverified (fail closed: nothing is
-//     written);
+//     below; fast mode instead reads the register with If-None-Match on the
+//     cached ETag, normally a 304). A sealed or removed journal (or, in fast
+//     mode, a newer register) latches the Guard fenced; a journal that
+//     cannot be written (a register that cannot be read) is ErrUnverified
+//     (fail closed: nothing is written);
 //  4. the commit, conditioned on the key itself: If-Match: base, or
 //     If-None-Match:* for a create;
 //  5. a refused commit is resolved with a HEAD: our write id there means our
@@ -79,13 +80,14 @@
 //     once no commit needs it; never after an unknown outcome: the next
 //     sweep must see it.
 //
-// Why it is exact: B binds N+1 by raising the register (t1), then listing
-// intents (t2) and sealing every older journal it found: a read, then a
-// write with If-Match on the ETag read (retried until no write of the
-// journal's owner came between; the owner stops writing once it sees N+1
-// or its refusal). A (epoch N) created its journal during its own binding
-// before the validation that made it active, so B's listing finds it
-// unless A's binding sees N+1 and A never becomes active. If A's journal
+// Why it is exact: B binds N+1 by sealing every older journal it lists (a
+// read, then a write with If-Match on the ETag read, retried until no
+// write of the journal's owner came between; the owner stops writing once
+// refused), raising the register (t1), then listing and sealing again (t2)
+// for journals created meanwhile. A (epoch N) created its journal during
+// its own binding before the validation that made it active, so B's second
+// listing finds it unless A's binding validated after t1, saw N+1, and A
+// never became active. If A's journal
 // write naming key K succeeded, it happened before B's seal, so the sealed
 // content names K and B's sweep changes K's version: A's commit, whenever
 // it arrives, fails its precondition, unless it landed before the sweep,
@@ -101,9 +103,8 @@
 //   - strict (default): no mutation of an epoch-N writer lands after a
 //     writer of a newer epoch is active, whatever the pauses (GC, SIGSTOP,
 //     VM freeze, partitions) between any two steps. Cost: one journal write
-//     (a conditional PUT, with a conditional GET of the register beside it)
-//     before a commit, shared by concurrent commits and overlappable with
-//     the application's writes via Prepare. Requires strongly consistent
+//     (a conditional PUT) before a commit, shared by concurrent commits and
+//     overlappable with the application's writes via Prepare. Requires strongly consistent
 //     LIST and atomic conditional PUT/Complete (checked by the probe).
 //   - fast: no intents: validate, then conditional commit (two round trips).
 //     A writer paused between a validation and its commit can still land

@@ -17,7 +17,6 @@ import (
 // Defaults for Config fields left zero.
 const (
 	DefaultSignedRequestValidity = 15 * time.Minute
-	defaultIntentLinger          = 2 * time.Second
 	defaultOpTimeout             = 30 * time.Second
 	// prepareLinger keeps an intent written by Prepare alive while the
 	// handle stays dirty without committing.
@@ -70,9 +69,13 @@ type Guard struct {
 	// before it is created). GUARDED_BY(mu)
 	jr    *journal
 	jTrim bool // a journal trim is scheduled; GUARDED_BY(mu)
+	// regChecked is when a journal write last started a background
+	// register read (see regCheckEvery). GUARDED_BY(mu)
+	regChecked time.Time
 
 	jmu      sync.Mutex
 	jPending *jRound // journal write callers join; not started yet; GUARDED_BY(jmu)
+	jCurrent *jRound // the journal write running; GUARDED_BY(jmu)
 	jRunning bool    // a journal writer goroutine is running; GUARDED_BY(jmu)
 }
 
@@ -103,8 +106,8 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 	if cfg.SignedRequestValidity <= 0 {
 		cfg.SignedRequestValidity = DefaultSignedRequestValidity
 	}
-	if cfg.IntentLinger <= 0 {
-		cfg.IntentLinger = defaultIntentLinger
+	if cfg.IntentLinger < 0 {
+		cfg.IntentLinger = 0
 	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = defaultOpTimeout

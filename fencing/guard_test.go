@@ -242,14 +242,30 @@ func TestRaiseFencesWithoutMounting(t *testing.T) {
 	}
 }
 
+// TestUnreadableRegisterFailsClosed checks that a commit whose validation
+// cannot be done writes nothing: in fast mode the register cannot be read,
+// in strict mode the journal cannot be written.
 func TestUnreadableRegisterFailsClosed(t *testing.T) {
+	for _, tc := range []struct {
+		mode Mode
+		op   memstore.Op
+		key  string
+	}{
+		{ModeFast, memstore.OpGet, ".fencefs/epoch"},
+		{ModeStrict, memstore.OpPut, ".fencefs/intents/"},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) { unverifiableCommitFailsClosed(t, tc.mode, tc.op, tc.key) })
+	}
+}
+
+func unverifiableCommitFailsClosed(t *testing.T, mode Mode, op memstore.Op, key string) {
 	ctx := testCtx(t, 10*time.Second)
 	s := memstore.New()
-	g := newGuard(t, s, Config{Holder: "A"})
+	g := newGuard(t, s, Config{Holder: "A", Mode: mode})
 	bind(t, ctx, g, 1)
 	var broken atomic.Bool
 	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
-		if broken.Load() && ev.Op == memstore.OpGet && strings.HasSuffix(ev.Key, ".fencefs/epoch") {
+		if broken.Load() && ev.Op == op && strings.Contains(ev.Key, key) {
 			return objstore.ErrUnavailable
 		}
 		return nil
@@ -257,14 +273,17 @@ func TestUnreadableRegisterFailsClosed(t *testing.T) {
 	broken.Store(true)
 	_, err := gput(ctx, g, "k", "x", Version{})
 	if !errors.Is(err, ErrUnverified) || !errors.Is(err, objstore.ErrUnavailable) {
-		t.Fatalf("Put with an unreadable register = %v, want ErrUnverified wrapping the cause", err)
+		t.Fatalf("Put with an unverifiable epoch = %v, want ErrUnverified wrapping the cause", err)
 	}
 	if _, err := s.Stat(ctx, "k"); !errors.Is(err, objstore.ErrNotFound) {
 		t.Error("the commit was attempted without a validation")
 	}
 	broken.Store(false)
 	if _, err := gput(ctx, g, "k", "x", Version{}); err != nil {
-		t.Errorf("after the register is readable again: %v", err)
+		t.Errorf("after the store works again: %v", err)
+	}
+	if mode != ModeFast {
+		return // strict validates by its journal, not by the register
 	}
 	// A register older than our token (reset) is not trusted either.
 	if err := s.Delete(ctx, ".fencefs/epoch", objstore.Condition{}); err != nil {

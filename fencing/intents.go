@@ -26,17 +26,10 @@ type keyIntent struct {
 	orphan      bool      // an outcome is unknown: never drop it ourselves
 	keepUntil   time.Time // Prepare keeps it at least until then
 	gen         int       // bumped whenever refs drops to 0
-	// validated holds the bases for which a validation passed after the
-	// intent naming them was durable: a journal write that names them
-	// (itself the validation, see journal.go) with the register read that
-	// runs beside it. A commit on such a base needs no round of its own.
+	// validated holds the bases named by a successful journal write (itself
+	// the validation, see journal.go): a commit on such a base needs no
+	// round of its own.
 	validated map[string]bool
-	// early is closed when the last validation round started for the bases
-	// in earlyBases (after they were durable) ends; nil when none was
-	// started. Concurrent callers on one of them share it
-	// (validateCovered).
-	early      chan struct{}
-	earlyBases map[string]bool
 	// round is the last validating journal write whose content names
 	// roundBases for this key; a caller needing one of them waits for it
 	// instead of queueing another write.
@@ -77,13 +70,15 @@ func (g *Guard) cover(ctx context.Context, ki *keyIntent, base string) error {
 		return nil
 	}
 	if r := ki.round; r != nil && ki.roundBases[base] {
+		// A write naming base is in flight (or done): wait for it rather
+		// than queue another; if it failed, a new write tries again.
 		g.mu.Unlock()
 		select {
 		case <-r.done:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if r.err != nil {
+		if r.err != nil && errors.Is(r.err, ErrFenced) {
 			return r.err
 		}
 		g.mu.Lock()
@@ -103,7 +98,7 @@ func (g *Guard) cover(ctx context.Context, ki *keyIntent, base string) error {
 		}
 	}
 	g.mu.Unlock()
-	if err := g.syncJournal(ctx, true); err != nil {
+	if err := g.syncJournal(ctx); err != nil {
 		return err
 	}
 	g.mu.Lock()
@@ -160,12 +155,21 @@ func (g *Guard) scheduleDrop(ki *keyIntent) {
 	if d := time.Until(ki.keepUntil); d > delay {
 		delay = d
 	}
-	time.AfterFunc(delay, func() { g.dropIdle(ki, gen) })
+	if delay <= 0 {
+		g.dropIdleLocked(ki, gen)
+		return
+	}
+	time.AfterFunc(delay, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.dropIdleLocked(ki, gen)
+	})
 }
 
-func (g *Guard) dropIdle(ki *keyIntent, gen int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// dropIdleLocked removes an idle intent from the journal's live entries
+// (they leave the object with its next write, or a trim).
+// LOCKS_REQUIRED(g.mu)
+func (g *Guard) dropIdleLocked(ki *keyIntent, gen int) {
 	if g.closed || ki.refs > 0 || ki.gen != gen || ki.orphan || g.intents[ki.key] != ki {
 		return
 	}
@@ -259,17 +263,9 @@ func (g *Guard) PrepareBase(key string, base Version) {
 			ki.keepUntil = k
 		}
 		g.mu.Unlock()
-		// Validate now too, while the application is still writing: the
-		// round starts after the intent is durable, which is all the
-		// protocol asks of a validation (DESIGN.md "Why this is exact":
-		// a newer epoch raised after this round sweeps the intent and
-		// fences the key, however late the commit comes).
-		g.mu.Lock()
-		durable := ki.written[base.ETag]
-		g.mu.Unlock()
-		if durable {
-			_ = g.validateCovered(ctx, ts, "prepare", key, ki, base.ETag)
-		}
+		// The journal write was the validation too (journal.go): a newer
+		// binder seals the journal and sweeps the key, however late the
+		// commit comes.
 		g.settle(ki, true)
 	}()
 }
@@ -332,51 +328,4 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// validateCovered validates for a commit on base of ki's key: it returns
-// at once when a round that started after ki durably named base has passed,
-// waits for such a round in flight instead of queueing another behind it,
-// and otherwise runs one (shared with later callers). The caller must hold
-// a reference on ki, and ki must durably name base.
-func (g *Guard) validateCovered(ctx context.Context, ts tokenState, op, key string, ki *keyIntent, base string) error {
-	g.mu.Lock()
-	if ki.validated[base] {
-		g.mu.Unlock()
-		return nil
-	}
-	if ch := ki.early; ch != nil && ki.earlyBases[base] {
-		g.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		g.mu.Lock()
-		if ki.validated[base] {
-			g.mu.Unlock()
-			return nil
-		}
-	}
-	// A round of our own, starting after every base written so far.
-	done := make(chan struct{})
-	bases := make(map[string]bool, len(ki.written))
-	for b := range ki.written {
-		bases[b] = true
-	}
-	ki.early, ki.earlyBases = done, bases
-	g.mu.Unlock()
-	err := g.validate(ctx, ts, op, key)
-	g.mu.Lock()
-	if err == nil {
-		if ki.validated == nil {
-			ki.validated = map[string]bool{}
-		}
-		for b := range bases {
-			ki.validated[b] = true
-		}
-	}
-	close(done)
-	g.mu.Unlock()
-	return err
 }

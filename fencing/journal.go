@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"sync"
 	"time"
 
 	"github.com/fencefs/fencefs/objstore"
@@ -20,15 +19,14 @@ import (
 // done and before the validation that makes the Guard active; from then on
 // only this Guard writes it, each time with If-Match on the ETag of its own
 // previous write. A binder of a newer epoch seals every older journal it
-// lists — a compare-and-swap that marks it sealed — and sweeps the keys the
-// sealed content names. So a journal write that succeeds happened before
-// any seal: whoever takes over later sweeps every key it names. A write
-// after a seal fails its precondition, and this Guard learns that it is
-// fenced. The successful write is therefore the validation of the bases it
-// names, and a commit needs one round trip before it instead of two (intent
-// PUT, then register GET). A register GET still runs in parallel with each
-// journal write, so a mutation that starts after a newer epoch was raised
-// is refused even while that binder has not sealed yet.
+// lists — a compare-and-swap that marks it sealed — before it raises the
+// register, and again after (for journals created meanwhile), and sweeps
+// the keys the sealed content names. So a journal write that succeeds
+// happened before any seal: whoever takes over later sweeps every key it
+// names. A write after a seal fails its precondition, and this Guard learns
+// that it is fenced. The successful write is therefore the validation of
+// the bases it names, and a commit needs one round trip before it instead
+// of two (intent PUT, then register GET).
 //
 // Writes are group commits: callers join the next write that has not
 // started, so any number of concurrent commits share one request.
@@ -52,9 +50,9 @@ type journal struct {
 
 // jRound is one journal write that callers share.
 type jRound struct {
-	done     chan struct{}
-	validate bool // run a register validation in parallel
-	err      error
+	done    chan struct{}
+	err     error
+	snapped bool // its content was taken; GUARDED_BY(g.mu)
 }
 
 // createJournal creates the journal of binding ts (strict mode), empty,
@@ -141,22 +139,35 @@ func (g *Guard) journalDoc(jr *journal, seq uint64, live map[string]map[string]b
 }
 
 // syncJournal returns once a journal write that started after this call
-// has succeeded (with a passed register validation when validate is set).
-// Errors: ErrFenced (sealed by a newer binder, or a newer register),
-// ErrUnverified (the journal or register could not be written or read).
-func (g *Guard) syncJournal(ctx context.Context, validate bool) error {
+// has succeeded. Errors: ErrFenced (sealed or removed by a newer binder;
+// the Guard latches), ErrUnverified (the journal could not be written or
+// read).
+func (g *Guard) syncJournal(ctx context.Context) error {
 	g.jmu.Lock()
+	if cur := g.jCurrent; cur != nil {
+		// A write that has not taken its content yet will include ours.
+		g.mu.Lock()
+		early := !cur.snapped
+		g.mu.Unlock()
+		if early {
+			g.jmu.Unlock()
+			select {
+			case <-cur.done:
+				return cur.err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
 	r := g.jPending
 	if r == nil {
 		r = &jRound{done: make(chan struct{})}
 		g.jPending = r
 	}
-	if validate {
-		r.validate = true
-	}
 	if !g.jRunning {
 		g.jRunning = true
 		g.jPending = nil
+		g.jCurrent = r
 		g.wg.Add(1)
 		go g.runJournalRounds(r)
 	}
@@ -178,6 +189,7 @@ func (g *Guard) runJournalRounds(r *jRound) {
 		g.jmu.Lock()
 		r = g.jPending
 		g.jPending = nil
+		g.jCurrent = r
 		if r == nil {
 			g.jRunning = false
 		}
@@ -187,10 +199,10 @@ func (g *Guard) runJournalRounds(r *jRound) {
 
 // writeJournal writes the journal's current content (round r).
 func (g *Guard) writeJournal(r *jRound) error {
-	validate := r.validate
 	ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
 	defer cancel()
 	g.mu.Lock()
+	r.snapped = true
 	jr := g.jr
 	if jr == nil {
 		g.mu.Unlock()
@@ -214,31 +226,28 @@ func (g *Guard) writeJournal(r *jRound) error {
 		}
 		live[k] = maps.Clone(ki.bases)
 		snap[ki] = live[k]
-		if validate {
-			ki.round, ki.roundBases = r, live[k] // cover may wait for r
-		}
+		ki.round, ki.roundBases = r, live[k] // cover may wait for r
 	}
 	seq := jr.seq + 1
 	doc := g.journalDoc(jr, seq, live)
 	prev := jr.etag
+	check := g.cfg.Now().Sub(g.regChecked) >= regCheckEvery
+	if check {
+		g.regChecked = g.cfg.Now()
+	}
 	ts := tokenState{mode: g.cfg.Mode, token: jr.epoch, claim: jr.claim}
 	g.mu.Unlock()
-
-	var verr error
-	var wg sync.WaitGroup
-	if validate {
-		wg.Add(1)
+	if check {
+		g.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			verr = g.validate(ctx, ts, "", jr.name) // refusals are counted by the mutation
+			defer g.wg.Done()
+			ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+			defer cancel()
+			_ = g.validate(ctx, ts, "", jr.name) // latches fenced on a newer epoch
 		}()
 	}
-	etag, err := g.casJournal(ctx, jr, prev, doc)
-	wg.Wait()
 
-	if err != nil && errors.Is(verr, ErrFenced) {
-		err = verr // the register already shows the newer epoch
-	}
+	etag, err := g.casJournal(ctx, jr, prev, doc)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err != nil {
@@ -255,14 +264,12 @@ func (g *Guard) writeJournal(r *jRound) error {
 	for ki, bases := range snap {
 		ki.written = bases
 		ki.writtenOnce = true
-		if validate && verr == nil {
-			if ki.validated == nil {
-				ki.validated = map[string]bool{}
-			}
-			maps.Copy(ki.validated, bases)
+		if ki.validated == nil {
+			ki.validated = map[string]bool{}
 		}
+		maps.Copy(ki.validated, bases)
 	}
-	return verr
+	return nil
 }
 
 // casJournal writes doc over the journal version prev, retrying transient
@@ -287,14 +294,21 @@ func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc in
 			case errors.Is(rerr, objstore.ErrNotFound):
 				// Only a sweep of a newer binding (or gc after one)
 				// removes another Guard's journal: it was sealed, swept
-				// and deleted.
-				reason := fmt.Sprintf("the intent journal of epoch %d was removed by a newer epoch's sweep (or by hand)", jr.epoch)
+				// and deleted. The register names the newer binding.
+				reason := fmt.Sprintf("our intent journal (epoch %d) was removed by a newer epoch's sweep (or by hand)", jr.epoch)
+				if reg, etag, exists, err := g.readRegister(ctx); err == nil && exists {
+					g.noteRegister(reg, etag)
+					if v, r := classifyRegister(reg, jr.epoch, jr.claim); v == verdictFenced {
+						reason = r + "; it removed our intent journal"
+					}
+				}
 				g.latchFenced(jr.epoch, jr.claim, reason)
 				return "", fencedErr("intent", jr.name, reason)
 			case rerr != nil:
 				return "", unverifiedErr("reading the intent journal %s after a refused write: %v", jr.name, rerr)
 			case cur.Sealed != nil:
-				reason := fmt.Sprintf("the intent journal of epoch %d was sealed by epoch %d (%s)", jr.epoch, cur.Sealed.Epoch, holderName(cur.Sealed.Holder))
+				_, reason := classifyRegister(Register{Epoch: cur.Sealed.Epoch, Holder: cur.Sealed.Holder, ClaimID: cur.Sealed.ClaimID}, jr.epoch, jr.claim)
+				reason += fmt.Sprintf("; it sealed our intent journal (sealed by epoch %d)", cur.Sealed.Epoch)
 				g.latchFenced(jr.epoch, jr.claim, reason)
 				return "", fencedErr("intent", jr.name, reason)
 			case cur.ClaimID == jr.claim && cur.Seq == doc.Seq:
@@ -336,17 +350,33 @@ func readJournal(ctx context.Context, store objstore.Store, name string) (*inten
 // maxIntentSize bounds what is read of one intent object.
 const maxIntentSize = 64 << 20
 
-// maxSealAttempts bounds the read-seal loop on one journal (each failed
-// attempt means its writer wrote meanwhile; the writer stops once its
-// parallel register read shows the newer epoch).
-const maxSealAttempts = 64
+// maxSealAttempts bounds the read-seal loop on one journal after the
+// register was raised (each failed attempt means its writer wrote
+// meanwhile; a busy writer reads the register every regCheckEvery and
+// stops once it shows the newer epoch). preRaiseSealAttempts is the budget
+// before the raise: a journal whose writer is too busy to be sealed then is
+// sealed after it.
+const (
+	maxSealAttempts      = 64
+	preRaiseSealAttempts = 3
+)
+
+// errSealContended: the journal's writer kept writing through every seal
+// attempt.
+var errSealContended = errors.New("its writer keeps writing")
+
+// regCheckEvery is how often a Guard writing its journal also reads the
+// register (in the background, not waited for): a newer epoch then latches
+// it fenced and stops its journal writes, so that the newer binder's seal
+// gets through. Safety does not depend on it (the seal does).
+const regCheckEvery = 50 * time.Millisecond
 
 // sealJournal seals the journal name (read as doc at etag) for binding ts,
 // so that its writer can add nothing more, and returns the sealed content
 // (nil when the journal is gone: its writer deleted it with nothing in
 // flight, or another binder swept and removed it).
-func (g *Guard) sealJournal(ctx context.Context, ts tokenState, name string, doc *intentDoc, etag string) (*intentDoc, error) {
-	for attempt := 0; attempt < maxSealAttempts; attempt++ {
+func (g *Guard) sealJournal(ctx context.Context, ts tokenState, name string, doc *intentDoc, etag string, attempts int) (*intentDoc, error) {
+	for attempt := 0; attempt < attempts; attempt++ {
 		if doc.Sealed != nil {
 			return doc, nil
 		}
@@ -383,7 +413,7 @@ func (g *Guard) sealJournal(ctx context.Context, ts tokenState, name string, doc
 			return nil, berr
 		}
 	}
-	return nil, unverifiedErr("could not seal the intent journal %s after %d attempts (its writer keeps writing)", name, maxSealAttempts)
+	return nil, unverifiedErr("could not seal the intent journal %s after %d attempts: %v", name, attempts, errSealContended)
 }
 
 // scheduleJournalTrimLocked arranges for one journal write after the
@@ -410,7 +440,7 @@ func (g *Guard) scheduleJournalTrimLocked() {
 		}
 		ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
 		defer cancel()
-		if err := g.syncJournal(ctx, false); err != nil {
+		if err := g.syncJournal(ctx); err != nil {
 			g.log.Debug("trimming the intent journal failed; the next write or sweep handles it", "err", err)
 		}
 	}()

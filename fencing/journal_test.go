@@ -1,9 +1,7 @@
 package fencing
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -41,7 +39,7 @@ func TestJournalSealedByANewerBinderFencesItsOwner(t *testing.T) {
 			crash     bool
 		}{
 			{"sweep crashed after sealing", "sealed by epoch 2", true},
-			{"sweep completed", "removed by a newer epoch's sweep", false},
+			{"sweep completed", "it removed our intent journal", false},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				ctx := testCtx(t, 30*time.Second)
@@ -79,29 +77,55 @@ func TestJournalSealedByANewerBinderFencesItsOwner(t *testing.T) {
 	})
 }
 
-// TestRaisedRegisterFencesBeforeTheSeal checks the register read that runs
-// beside every journal write: a binder that raised the register and died
-// before sealing still fences the older writer's next mutation.
-func TestRaisedRegisterFencesBeforeTheSeal(t *testing.T) {
+// TestBinderSealsBeforeItRaises checks the order of a takeover: the older
+// journals are sealed before the register shows the newer epoch, so a
+// binder that dies right after its raise (here: its register write is the
+// last thing it does) has already fenced the older writer, whose next
+// mutation is refused even though nobody swept.
+func TestBinderSealsBeforeItRaises(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	s := memstore.New()
-	a := newGuard(t, s, Config{Holder: "A"})
+	a := newGuard(t, staleRegister{s}, Config{Holder: "A"})
 	bind(t, ctx, a, 1)
-	lay := newLayout("")
-	rc, info, err := s.Get(ctx, lay.register(), objstore.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	reg := newLayout("").register()
+	journal := intentNameOf(t, a)
+	var raises atomic.Int32
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if ev.Op == memstore.OpPut && ev.Phase == memstore.PhaseBefore && ev.Key == reg {
+			raises.Add(1)
+			return errors.New("binder died") // the raise never happens
+		}
+		return nil
+	})
+	b := newGuard(t, s, Config{Holder: "B"})
+	if _, err := b.Bind(ctx, 2); err == nil {
+		t.Fatal("B's bind succeeded without its register write")
 	}
-	rc.Close()
-	b, _ := json.Marshal(Register{Format: FormatVersion, Epoch: 2, Holder: "B", ClaimID: "dead-binder", PrevEpoch: 1})
-	if _, err := s.Put(ctx, lay.register(), bytes.NewReader(b), int64(len(b)), objstore.PutOptions{Cond: objstore.Condition{IfMatch: info.ETag}}); err != nil {
-		t.Fatal(err)
+	s.SetHook(nil)
+	if raises.Load() != 1 {
+		t.Fatalf("%d register writes attempted, want 1", raises.Load())
+	}
+	// Nothing of B's ran after its failed raise: a seal now was made before.
+	d, _, err := readJournal(ctx, s, journal)
+	if err != nil || d.Sealed == nil || d.Sealed.Epoch != 2 {
+		t.Fatalf("A's journal after B died at its raise: %+v, %v; want sealed by epoch 2", d, err)
 	}
 	_, err = gput(ctx, a, "j/x", "late", Version{})
-	mustFenced(t, "a mutation after the raise, before any seal", err, "epoch 2")
+	mustFenced(t, "a mutation after B sealed, before any raise", err, "sealed by epoch 2")
 	if _, _, ok := read(t, ctx, s, "j/x"); ok {
-		t.Fatal("j/x landed after the register was raised")
+		t.Fatal("j/x landed after A's journal was sealed")
 	}
+}
+
+// intentNameOf returns g's journal object name.
+func intentNameOf(t *testing.T, g *Guard) string {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.jr == nil {
+		t.Fatal("no journal")
+	}
+	return g.jr.name
 }
 
 // TestConcurrentCommitsShareJournalWrites checks the group commit: commits

@@ -227,11 +227,9 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 
 		if m.ts.mode != ModeOff && !validated {
 			var err error
-			if ki != nil {
-				// Strict: any round that started after the intent named
-				// this base durably will do (Prepare usually ran one).
-				err = g.validateCovered(ctx, m.ts, m.op, m.key, ki, m.base.ETag)
-			} else {
+			if ki == nil {
+				// Fast mode. (Strict: the journal write that named this
+				// base was the validation; see journal.go.)
 				err = g.validate(ctx, m.ts, m.op, m.key)
 			}
 			if err != nil {

@@ -39,7 +39,7 @@ type sweepTarget struct {
 // other writer.
 func (g *Guard) sweep(ctx context.Context, ts tokenState) error {
 	live := g.liveIntentNames()
-	names, targets, err := g.collectIntents(ctx, ts, live)
+	names, targets, err := g.collectIntents(ctx, ts, live, maxSealAttempts)
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func (g *Guard) sweep(ctx context.Context, ts tokenState) error {
 // collectIntents lists and reads the intents of epochs <= ts.token
 // (skipping this Guard's live journal), sealing every intent journal among
 // them, and groups them by target key.
-func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[string]bool) ([]string, []sweepTarget, error) {
+func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[string]bool, sealAttempts int) ([]string, []sweepTarget, error) {
 	epoch := ts.token
 	var dirs []uint64
 	prefix := g.lay.intentsPrefix()
@@ -124,7 +124,7 @@ func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[stri
 		if doc.Journal {
 			// Seal it first: its writer can add nothing after this, so
 			// the sealed content names every key it may commit to.
-			if doc, err = g.sealJournal(ctx, ts, names[i], doc, etag); err != nil {
+			if doc, err = g.sealJournal(ctx, ts, names[i], doc, etag, sealAttempts); err != nil {
 				return err
 			}
 		}
