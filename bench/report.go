@@ -561,7 +561,7 @@ func method(cfg config) string {
   so that the numbers compare the clients rather than the machine's disk.
 - Workloads are plain system calls from the benchmark process on each kernel mount, in this order: sequential read of a %[1]s object
   the mount has never seen (%[2]s read(2) calls; the object is deleted afterwards, so that the gateway holds less in memory while
-  the next phase writes: its CPU per byte written was measured to double once a few GiB are resident), sequential write of a %[1]s file (%[2]s write(2) calls, open to close), %[3]d small
+  the next phase writes: its CPU per byte written was measured to double once a few GiB are resident), sequential write of a %[1]s file (%[2]s write(2) calls, open to close; deleted afterwards too, through the S3 client), %[3]d small
   files create+write+close, lstat, one readdir of their directory, read back (after posix_fadvise(DONTNEED) of each; the
   filesystem's own caches count) and content check, rename of %[4]d files one by one, rename of a %[5]d-file directory, unlink.
 - Rates count only the time spent in the operations. Durability: after close (or rename/unlink) returns, the benchmark's own

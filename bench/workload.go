@@ -320,14 +320,14 @@ func (w *workloads) all(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
-		if p.name == mSeqRead {
-			// The read object is not used again: free its gigabyte
-			// before the write phase. The gateway's CPU per byte
-			// written doubles once a few GiB are resident (measured
-			// on this machine), which made whichever target wrote
-			// while memory was fuller look slower.
-			if rerr := w.env.client.RemoveObject(ctx, w.bucket, largeReadKey, minio.RemoveObjectOptions{}); rerr != nil {
-				slog.Warn("cannot remove the read object before the write phase", "err", rerr)
+		// The large objects are not used again: free their gigabyte
+		// before the next phase, through the S3 client (later phases do
+		// not touch them). The gateway's CPU per byte written doubles once
+		// a few GiB are resident (measured on this machine), which made
+		// whichever target wrote while memory was fuller look slower.
+		if key := map[string]string{mSeqRead: largeReadKey, mSeqWrite: largeWriteKey}[p.name]; key != "" {
+			if rerr := w.env.client.RemoveObject(ctx, w.bucket, key, minio.RemoveObjectOptions{}); rerr != nil {
+				slog.Warn("cannot remove a large object before the next phase", "key", key, "err", rerr)
 			}
 		}
 	}
