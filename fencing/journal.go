@@ -40,6 +40,10 @@ type journal struct {
 
 	etag string // ETag of our last successful write
 	seq  uint64 // sequence number of our last successful write
+	// next is the last sequence number handed to a write: never reused,
+	// so that a write whose outcome was unknown is never mistaken for a
+	// later one with other content.
+	next uint64
 	// orphans are entries whose commit outcome is unknown: they stay in
 	// every later write, for the next sweep.
 	orphans map[string]map[string]bool
@@ -228,7 +232,8 @@ func (g *Guard) writeJournal(r *jRound) error {
 		snap[ki] = live[k]
 		ki.round, ki.roundBases = r, live[k] // cover may wait for r
 	}
-	seq := jr.seq + 1
+	jr.next = max(jr.next, jr.seq) + 1
+	seq := jr.next
 	doc := g.journalDoc(jr, seq, live)
 	prev := jr.etag
 	check := g.cfg.Now().Sub(g.regChecked) >= regCheckEvery
@@ -282,6 +287,7 @@ func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc in
 		return "", err
 	}
 	var lastErr error
+	adopted := 0
 	for attempt := 0; attempt < 6; attempt++ {
 		info, err := g.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
 			Cond: objstore.Condition{IfMatch: prev}, Shape: objstore.ShapePlain, ContentType: "application/json"})
@@ -313,6 +319,14 @@ func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc in
 				return "", fencedErr("intent", jr.name, reason)
 			case cur.ClaimID == jr.claim && cur.Seq == doc.Seq:
 				return etag, nil // our write landed; its response was lost
+			case cur.ClaimID == jr.claim && cur.Seq < doc.Seq && adopted < 3:
+				// An earlier write of ours whose outcome we did not learn
+				// landed after all: write over it (our content now is
+				// what must be durable).
+				prev = etag
+				adopted++
+				attempt--
+				continue
 			}
 			return "", unverifiedErr("the intent journal %s holds write %d, not ours (%d)", jr.name, cur.Seq, doc.Seq)
 		case isTransient(err):
@@ -376,6 +390,7 @@ const regCheckEvery = 50 * time.Millisecond
 // (nil when the journal is gone: its writer deleted it with nothing in
 // flight, or another binder swept and removed it).
 func (g *Guard) sealJournal(ctx context.Context, ts tokenState, name string, doc *intentDoc, etag string, attempts int) (*intentDoc, error) {
+	var lastErr error
 	for attempt := 0; attempt < attempts; attempt++ {
 		if doc.Sealed != nil {
 			return doc, nil
@@ -391,12 +406,14 @@ func (g *Guard) sealJournal(ctx context.Context, ts tokenState, name string, doc
 		switch {
 		case err == nil:
 			return &sealed, nil
-		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound), isTransient(err):
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		default:
-			return nil, unverifiedErr("sealing the intent journal %s: %v", name, err)
 		}
+		// A precondition failure, a transient error, or a refusal from a
+		// store that keeps keys as files while another sweeper removes the
+		// journal and its directory (the Versity gateway answers
+		// ExistingObjectIsDirectory then): read again and decide.
+		lastErr = err
 		// Its writer wrote meanwhile (or our seal's outcome is unknown):
 		// read again.
 		doc, etag, err = readJournal(ctx, g.store, name)
@@ -412,6 +429,9 @@ func (g *Guard) sealJournal(ctx context.Context, ts tokenState, name string, doc
 		if berr := backoff(ctx, min(attempt, 3)); berr != nil {
 			return nil, berr
 		}
+	}
+	if lastErr != nil && !errors.Is(lastErr, objstore.ErrPrecondition) {
+		return nil, unverifiedErr("could not seal the intent journal %s after %d attempts: %v", name, attempts, lastErr)
 	}
 	return nil, unverifiedErr("could not seal the intent journal %s after %d attempts: %v", name, attempts, errSealContended)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -194,5 +195,45 @@ func TestLostJournalWriteResponseIsRecognisedAsOurs(t *testing.T) {
 	}
 	if st := a.Status(); st.State != StateActive {
 		t.Errorf("after a lost journal response: %+v, want active", st)
+	}
+}
+
+// TestJournalWriteWithAnUnknownOutcomeIsNeverTakenForALaterOne checks the
+// journal's sequence numbers: a write that landed while every response was
+// lost fails its commit (nothing is known), and the next write — with other
+// content — is not mistaken for it: it writes over it, and the journal then
+// names the later commit's key.
+func TestJournalWriteWithAnUnknownOutcomeIsNeverTakenForALaterOne(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, a, 1)
+	var writes atomic.Int32
+	var broken atomic.Bool
+	broken.Store(true)
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if !broken.Load() || ev.Op != memstore.OpPut || !strings.Contains(ev.Key, "/intents/") {
+			return nil
+		}
+		if ev.Phase == memstore.PhaseAfter && writes.Add(1) == 1 {
+			return objstore.ErrUnavailable // the first attempt lands; its response is lost
+		}
+		if ev.Phase == memstore.PhaseBefore && writes.Load() >= 1 {
+			return objstore.ErrUnavailable // every retry fails before applying
+		}
+		return nil
+	})
+	if _, err := gput(ctx, a, "u/first", "1", Version{}); !errors.Is(err, ErrUnverified) {
+		t.Fatalf("commit whose journal write has an unknown outcome = %v, want ErrUnverified", err)
+	}
+	if _, _, ok := read(t, ctx, s, "u/first"); ok {
+		t.Fatal("u/first was committed without a known journal write")
+	}
+	broken.Store(false)
+	if _, err := gput(ctx, a, "u/second", "2", Version{}); err != nil {
+		t.Fatalf("the next commit: %v", err)
+	}
+	if !slices.Contains(intentKeys(t, ctx, s, ""), "u/second") {
+		t.Errorf("the journal names %v, not u/second: a write with other content was taken for ours", intentKeys(t, ctx, s, ""))
 	}
 }
