@@ -31,7 +31,7 @@ const (
 // Concurrency: all methods are safe for concurrent use. Mutations run in
 // parallel; Bind waits until the mutations in flight have finished and
 // holds new ones (they wait, bounded by their context) until the sweep is
-// done. Lock order: bindMu, then mu, then vmu. No lock is held across I/O.
+// done. Lock order: bindMu, then mu, then a batch's own mutex. No lock is held across I/O.
 type Guard struct {
 	// Dependencies and configuration: constant after New.
 	store  objstore.Store
@@ -61,9 +61,7 @@ type Guard struct {
 	closed   bool                  // GUARDED_BY(mu)
 	intents  map[string]*keyIntent // live intents by target key; GUARDED_BY(mu)
 
-	vmu      sync.Mutex
-	vPending *valRound // round callers join; not started yet; GUARDED_BY(vmu)
-	vRunning bool      // a round goroutine is running; GUARDED_BY(vmu)
+	vals batch[valResult] // validation rounds (register reads)
 
 	// jr is the intent journal of the current binding (strict mode; nil
 	// before it is created). GUARDED_BY(mu)
@@ -73,10 +71,7 @@ type Guard struct {
 	// register read (see regCheckEvery). GUARDED_BY(mu)
 	regChecked time.Time
 
-	jmu      sync.Mutex
-	jPending *jRound // journal write callers join; not started yet; GUARDED_BY(jmu)
-	jCurrent *jRound // the journal write running; GUARDED_BY(jmu)
-	jRunning bool    // a journal writer goroutine is running; GUARDED_BY(jmu)
+	jWrites batch[error] // journal writes
 }
 
 // tokenState is what a mutation captured at its start.
@@ -386,10 +381,9 @@ func readRegisterObj(ctx context.Context, store objstore.Store, lay layout) (Reg
 	return reg, objstore.NormalizeETag(info.ETag), true, nil
 }
 
-// valRound is one validation GET shared by every caller that joined it
-// before it started.
-type valRound struct {
-	done        chan struct{}
+// valResult is what one validation round (a register GET shared by every
+// caller that joined it before it started) found.
+type valResult struct {
 	reg         Register
 	notModified bool
 	err         error
@@ -401,23 +395,9 @@ type valRound struct {
 // next round that has not started yet, so its read always follows
 // everything the caller did before calling (its intent write).
 func (g *Guard) validate(ctx context.Context, ts tokenState, op, key string) error {
-	g.vmu.Lock()
-	r := g.vPending
-	if r == nil {
-		r = &valRound{done: make(chan struct{})}
-		g.vPending = r
-	}
-	if !g.vRunning {
-		g.vRunning = true
-		g.vPending = nil
-		g.wg.Add(1)
-		go g.runRounds(r)
-	}
-	g.vmu.Unlock()
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		return ctx.Err()
+	r, err := g.vals.join(&g.wg, false, g.runRound).wait(ctx)
+	if err != nil {
+		return err
 	}
 	if r.err != nil {
 		g.met.validation("error")
@@ -444,25 +424,9 @@ func (g *Guard) validate(ctx context.Context, ts tokenState, op, key string) err
 	return nil
 }
 
-// runRounds runs r, then any round that callers joined meanwhile.
-func (g *Guard) runRounds(r *valRound) {
-	defer g.wg.Done()
-	for r != nil {
-		g.runRound(r)
-		close(r.done)
-		g.vmu.Lock()
-		r = g.vPending
-		g.vPending = nil
-		if r == nil {
-			g.vRunning = false
-		}
-		g.vmu.Unlock()
-	}
-}
-
 // runRound does one conditional GET of the register (If-None-Match on the
 // cached ETag: normally a 304).
-func (g *Guard) runRound(r *valRound) {
+func (g *Guard) runRound(*batchRun[valResult]) valResult {
 	ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
 	defer cancel()
 	g.mu.Lock()
@@ -472,28 +436,23 @@ func (g *Guard) runRound(r *valRound) {
 	switch {
 	case err == nil:
 	case errors.Is(err, objstore.ErrNotModified) && etag != "":
-		r.reg, r.notModified = cached, true
-		return
+		return valResult{reg: cached, notModified: true}
 	case errors.Is(err, objstore.ErrNotFound):
-		r.err = unverifiedErr("the epoch register %s is missing", g.lay.register())
-		return
+		return valResult{err: unverifiedErr("the epoch register %s is missing", g.lay.register())}
 	default:
-		r.err = unverifiedErr("reading the epoch register: %v", err)
-		return
+		return valResult{err: unverifiedErr("reading the epoch register: %v", err)}
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
 	if err != nil {
-		r.err = unverifiedErr("reading the epoch register: %v", err)
-		return
+		return valResult{err: unverifiedErr("reading the epoch register: %v", err)}
 	}
 	reg, err := decodeRegister(b)
 	if err != nil {
-		r.err = err
-		return
+		return valResult{err: err}
 	}
-	r.reg = reg
 	g.noteRegister(reg, objstore.NormalizeETag(info.ETag))
+	return valResult{reg: reg}
 }
 
 // Close waits for the mutations in flight and the background work

@@ -376,7 +376,7 @@ func intentKeys(t testing.TB, ctx context.Context, s objstore.Store, domain stri
 	}
 	var keys []string
 	for _, n := range names {
-		doc, _, err := readJournal(ctx, s, n)
+		doc, _, err := readIntent(ctx, s, n)
 		if errors.Is(err, objstore.ErrNotFound) {
 			continue
 		}

@@ -30,10 +30,10 @@ type keyIntent struct {
 	// the validation, see journal.go): a commit on such a base needs no
 	// round of its own.
 	validated map[string]bool
-	// round is the last validating journal write whose content names
+	// round is the last journal write whose content names
 	// roundBases for this key; a caller needing one of them waits for it
 	// instead of queueing another write.
-	round      *jRound
+	round      *batchRun[error]
 	roundBases map[string]bool
 }
 
@@ -73,13 +73,12 @@ func (g *Guard) cover(ctx context.Context, ki *keyIntent, base string) error {
 		// A write naming base is in flight (or done): wait for it rather
 		// than queue another; if it failed, a new write tries again.
 		g.mu.Unlock()
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-			return ctx.Err()
+		werr, err := r.wait(ctx)
+		if err != nil {
+			return err
 		}
-		if r.err != nil && errors.Is(r.err, ErrFenced) {
-			return r.err
+		if errors.Is(werr, ErrFenced) {
+			return werr
 		}
 		g.mu.Lock()
 		if ki.written[base] {

@@ -52,13 +52,6 @@ type journal struct {
 	dead error
 }
 
-// jRound is one journal write that callers share.
-type jRound struct {
-	done    chan struct{}
-	err     error
-	snapped bool // its content was taken; GUARDED_BY(g.mu)
-}
-
 // createJournal creates the journal of binding ts (strict mode), empty,
 // with If-None-Match:*. LOCKS_EXCLUDED(g.mu)
 func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
@@ -85,7 +78,7 @@ func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
 			Cond: objstore.Condition{IfNoneMatch: true}, Shape: objstore.ShapePlain, ContentType: "application/json"})
 		if errors.Is(err, objstore.ErrPrecondition) {
 			// A lost response of our own create (the name is random).
-			cur, curETag, rerr := readJournal(ctx, g.store, jr.name)
+			cur, curETag, rerr := readIntent(ctx, g.store, jr.name)
 			if rerr == nil && cur.ClaimID == jr.claim && cur.Seq == 0 && cur.Sealed == nil {
 				etag = curETag
 				return nil
@@ -147,66 +140,23 @@ func (g *Guard) journalDoc(jr *journal, seq uint64, live map[string]map[string]b
 // the Guard latches), ErrUnverified (the journal could not be written or
 // read).
 func (g *Guard) syncJournal(ctx context.Context) error {
-	g.jmu.Lock()
-	if cur := g.jCurrent; cur != nil {
-		// A write that has not taken its content yet will include ours.
-		g.mu.Lock()
-		early := !cur.snapped
-		g.mu.Unlock()
-		if early {
-			g.jmu.Unlock()
-			select {
-			case <-cur.done:
-				return cur.err
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+	// A write in progress that has not taken its content yet includes the
+	// caller's change too.
+	err, werr := g.jWrites.join(&g.wg, true, g.writeJournal).wait(ctx)
+	if werr != nil {
+		return werr
 	}
-	r := g.jPending
-	if r == nil {
-		r = &jRound{done: make(chan struct{})}
-		g.jPending = r
-	}
-	if !g.jRunning {
-		g.jRunning = true
-		g.jPending = nil
-		g.jCurrent = r
-		g.wg.Add(1)
-		go g.runJournalRounds(r)
-	}
-	g.jmu.Unlock()
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return err
 }
 
-// runJournalRounds runs r, then any round that callers joined meanwhile.
-func (g *Guard) runJournalRounds(r *jRound) {
-	defer g.wg.Done()
-	for r != nil {
-		r.err = g.writeJournal(r)
-		close(r.done)
-		g.jmu.Lock()
-		r = g.jPending
-		g.jPending = nil
-		g.jCurrent = r
-		if r == nil {
-			g.jRunning = false
-		}
-		g.jmu.Unlock()
-	}
-}
-
-// writeJournal writes the journal's current content (round r).
-func (g *Guard) writeJournal(r *jRound) error {
+// writeJournal writes the journal's current content (run r).
+func (g *Guard) writeJournal(r *batchRun[error]) error {
 	ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
 	defer cancel()
 	g.mu.Lock()
-	r.snapped = true
+	// Under g.mu: a caller that changed an intent before this point is in
+	// the content below; one after it sees fixed and waits for the next run.
+	r.fixed.Store(true)
 	jr := g.jr
 	if jr == nil {
 		g.mu.Unlock()
@@ -295,7 +245,7 @@ func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc in
 		case err == nil:
 			return objstore.NormalizeETag(info.ETag), nil
 		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
-			cur, etag, rerr := readJournal(ctx, g.store, jr.name)
+			cur, etag, rerr := readIntent(ctx, g.store, jr.name)
 			switch {
 			case errors.Is(rerr, objstore.ErrNotFound):
 				// Only a sweep of a newer binding (or gc after one)
@@ -343,8 +293,9 @@ func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc in
 	return "", unverifiedErr("writing the intent journal %s: %v", jr.name, lastErr)
 }
 
-// readJournal reads an intent object with its ETag.
-func readJournal(ctx context.Context, store objstore.Store, name string) (*intentDoc, string, error) {
+// readIntent reads an intent object (a journal or a sweep's intent) with
+// its ETag.
+func readIntent(ctx context.Context, store objstore.Store, name string) (*intentDoc, string, error) {
 	rc, info, err := store.Get(ctx, name, objstore.GetOptions{})
 	if err != nil {
 		return nil, "", err
@@ -416,7 +367,7 @@ func (g *Guard) sealJournal(ctx context.Context, ts tokenState, name string, doc
 		lastErr = err
 		// Its writer wrote meanwhile (or our seal's outcome is unknown):
 		// read again.
-		doc, etag, err = readJournal(ctx, g.store, name)
+		doc, etag, err = readIntent(ctx, g.store, name)
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, nil
 		}

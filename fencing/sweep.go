@@ -114,7 +114,7 @@ func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[stri
 	}
 	docs := make([]*intentDoc, len(names))
 	if err := forEach(ctx, len(names), func(ctx context.Context, i int) error {
-		doc, etag, err := readJournal(ctx, g.store, names[i])
+		doc, etag, err := readIntent(ctx, g.store, names[i])
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil // deleted meanwhile: its writer settled
 		}
