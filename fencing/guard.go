@@ -48,17 +48,20 @@ type Guard struct {
 	bindMu sync.Mutex // serialises Bind
 
 	mu       sync.Mutex
-	state    State                 // GUARDED_BY(mu)
-	token    uint64                // bound token; GUARDED_BY(mu)
-	claim    string                // claim id of the binding; GUARDED_BY(mu)
-	reg      Register              // newest register seen; GUARDED_BY(mu)
-	regETag  string                // ETag of reg ("" = none read); GUARDED_BY(mu)
-	reason   string                // why fenced; GUARDED_BY(mu)
-	sweepErr error                 // last failed sweep, while state is sweeping; GUARDED_BY(mu)
-	binding  bool                  // a Bind is draining or claiming; GUARDED_BY(mu)
-	inflight int                   // mutations in flight; GUARDED_BY(mu)
-	changed  chan struct{}         // closed and replaced on every change above; GUARDED_BY(mu)
-	closed   bool                  // GUARDED_BY(mu)
+	state    State         // GUARDED_BY(mu)
+	token    uint64        // bound token; GUARDED_BY(mu)
+	claim    string        // claim id of the binding; GUARDED_BY(mu)
+	reg      Register      // newest register seen; GUARDED_BY(mu)
+	regETag  string        // ETag of reg ("" = none read); GUARDED_BY(mu)
+	reason   string        // why fenced; GUARDED_BY(mu)
+	sweepErr error         // last failed sweep, while state is sweeping; GUARDED_BY(mu)
+	binding  bool          // a Bind is draining or claiming; GUARDED_BY(mu)
+	inflight int           // mutations in flight; GUARDED_BY(mu)
+	changed  chan struct{} // closed and replaced on every change above; GUARDED_BY(mu)
+	closed   bool          // GUARDED_BY(mu)
+	// reported is the state this Guard counts itself in for the shared
+	// state gauge ("" once closed). GUARDED_BY(mu)
+	reported State
 	intents  map[string]*keyIntent // live intents by target key; GUARDED_BY(mu)
 
 	vals batch[valResult] // validation rounds (register reads)
@@ -138,7 +141,7 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 	if cfg.Mode == ModeOff {
 		g.state = StateOff
 	}
-	g.met.setState(g.state, 0, 0)
+	g.report()
 	return g, nil
 }
 
@@ -187,7 +190,21 @@ func (g *Guard) Status() Status {
 func (g *Guard) broadcast() {
 	close(g.changed)
 	g.changed = make(chan struct{})
-	g.met.setState(g.state, g.token, g.reg.Epoch)
+	g.report()
+}
+
+// report updates the metrics to the Guard's state: it moves this Guard's
+// count in the state gauge from the state it last reported to the current
+// one (a closed Guard counts nowhere).
+// LOCKS_REQUIRED(g.mu)
+func (g *Guard) report() {
+	st := g.state
+	if g.closed {
+		st = ""
+	}
+	g.met.moveState(g.reported, st)
+	g.reported = st
+	g.met.setTokens(g.token, g.reg.Epoch)
 }
 
 // begin admits a mutation: it waits while a Bind or sweep is in progress
@@ -350,7 +367,7 @@ func (g *Guard) noteRegister(reg Register, etag string) {
 		changed := reg.Epoch != g.reg.Epoch
 		g.reg, g.regETag = reg, etag
 		if changed {
-			g.met.setState(g.state, g.token, g.reg.Epoch)
+			g.met.setTokens(g.token, g.reg.Epoch)
 		}
 	}
 }

@@ -308,23 +308,15 @@ func TestMetrics(t *testing.T) {
 	if _, err := gput(ctx, a, "m2", "x", Version{}); !errors.Is(err, ErrFenced) {
 		t.Fatal(err)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			name := mf.GetName() + labels(m)
-			got[name] += value(m)
-		}
-	}
+	got := gather(t, reg)
 	for name, want := range map[string]float64{
 		"fencefs_fencing_fenced_refusals_total{op=create}":            1,
 		"fencefs_fencing_commit_outcomes_total{op=create,outcome=ok}": 1,
 		"fencefs_fencing_sweeps_total":                                2,
 		"fencefs_fencing_swept_keys_total":                            1, // A's lingering intent on m
-		"fencefs_fencing_state{state=fenced}":                         1,
+		"fencefs_fencing_state{state=fenced}":                         1, // A
+		"fencefs_fencing_state{state=active}":                         1, // B
+		"fencefs_fencing_state{state=unbound}":                        0,
 	} {
 		if got[name] != want {
 			t.Errorf("%s = %v, want %v (all: %v)", name, got[name], want, got)
@@ -333,6 +325,29 @@ func TestMetrics(t *testing.T) {
 	if got["fencefs_fencing_validations_total{result=not_modified}"] == 0 {
 		t.Errorf("no 304 validation counted: %v", got)
 	}
+	// A closed Guard counts in no state.
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := gather(t, reg)["fencefs_fencing_state{state=fenced}"]; got != 0 {
+		t.Errorf("after A's Close: fenced = %v, want 0", got)
+	}
+}
+
+// gather returns every sample of reg by name with its labels.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()+labels(m)] += value(m)
+		}
+	}
+	return got
 }
 
 func labels(m *dto.Metric) string {

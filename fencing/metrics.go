@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		epochSeen: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "fencefs", Subsystem: "fencing",
 			Name: "epoch_seen", Help: "The newest epoch seen in the bucket's register."}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "fencefs", Subsystem: "fencing",
-			Name: "state", Help: "1 for the current fencing state of this mount, 0 for the others."}, []string{"state"}),
+			Name: "state", Help: "Number of mounts of this process in each fencing state (a single mount shows 1 for its current state)."}, []string{"state"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
 			Name: "fenced_refusals_total", Help: "Mutations refused because the mount is fenced, by operation."}, []string{"op"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
@@ -53,6 +53,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.sweeps = register(reg, m.sweeps).(prometheus.Counter)
 	m.sweptIntent = register(reg, m.sweptIntent).(prometheus.Counter)
 	m.sweptKeys = register(reg, m.sweptKeys).(prometheus.Counter)
+	for _, st := range []State{StateUnbound, StateSweeping, StateActive, StateFenced, StateOff} {
+		m.state.WithLabelValues(string(st)).Add(0) // every state is exported, 0 when empty
+	}
 	return m
 }
 
@@ -68,16 +71,26 @@ func register(reg prometheus.Registerer, c prometheus.Collector) prometheus.Coll
 	return c
 }
 
-func (m *metrics) setState(s State, token, epoch uint64) {
-	if m == nil {
+// moveState moves one Guard's count in the state gauge from one state to
+// another; "" stands for none (a new or a closed Guard). Safe for
+// concurrent use (gauge updates are atomic).
+func (m *metrics) moveState(from, to State) {
+	if m == nil || from == to {
 		return
 	}
-	for _, st := range []State{StateUnbound, StateSweeping, StateActive, StateFenced, StateOff} {
-		v := 0.0
-		if st == s {
-			v = 1
-		}
-		m.state.WithLabelValues(string(st)).Set(v)
+	if from != "" {
+		m.state.WithLabelValues(string(from)).Dec()
+	}
+	if to != "" {
+		m.state.WithLabelValues(string(to)).Inc()
+	}
+}
+
+// setTokens records the token and the newest epoch seen. With several
+// Guards in one process the last report wins.
+func (m *metrics) setTokens(token, epoch uint64) {
+	if m == nil {
+		return
 	}
 	m.token.Set(float64(token))
 	m.epochSeen.Set(float64(epoch))
