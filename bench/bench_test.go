@@ -83,17 +83,6 @@ func TestSpeedRatioIsHigherForFasterWhateverTheUnit(t *testing.T) {
 	}
 }
 
-func TestParseVmHWM(t *testing.T) {
-	status := "Name:\tfencefs\nVmPeak:\t  900000 kB\nVmHWM:\t   12345 kB\nVmRSS:\t 100 kB\n"
-	got, err := parseVmHWM([]byte(status))
-	if err != nil || got != 12345*1024 {
-		t.Errorf("parseVmHWM = %d, %v; want %d", got, err, 12345*1024)
-	}
-	if _, err := parseVmHWM([]byte("Name:\tx\n")); err == nil {
-		t.Error("parseVmHWM without VmHWM: no error")
-	}
-}
-
 func TestPeakRSSOfThisProcessIsPlausible(t *testing.T) {
 	got, err := peakRSS(os.Getpid())
 	if err != nil {
@@ -336,8 +325,8 @@ func TestCPUMeterCountsOurOwnBusyLoopAsOurs(t *testing.T) {
 	if got > float64(runtime.NumCPU()) {
 		t.Errorf("other load %.2f CPUs exceeds the machine's %d", got, runtime.NumCPU())
 	}
-	if procTicks(os.Getpid()) == 0 {
-		t.Error("procTicks of this busy process is 0")
+	if procSeconds(os.Getpid()) == 0 {
+		t.Error("procSeconds of this busy process is 0")
 	}
 	_ = x
 }

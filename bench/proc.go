@@ -6,11 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"github.com/prometheus/procfs"
 )
 
 // isMounted reports whether dir is a mountpoint in /proc/self/mountinfo
@@ -48,31 +47,18 @@ func unmount(dir string) error {
 
 // peakRSS returns the peak resident set size (VmHWM) of process pid in bytes.
 func peakRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	return parseVmHWM(b)
-}
-
-// parseVmHWM extracts VmHWM (in bytes) from the text of /proc/PID/status.
-func parseVmHWM(status []byte) (int64, error) {
-	for _, line := range strings.Split(string(status), "\n") {
-		rest, ok := strings.CutPrefix(line, "VmHWM:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("unexpected VmHWM line %q", line)
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("VmHWM line %q: %w", line, err)
-		}
-		return kb << 10, nil
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc status")
+	if st.VmHWM == 0 {
+		return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	}
+	return int64(st.VmHWM), nil
 }
 
 // resetPeakRSS resets the peak RSS of pid to its current RSS (writing 5 to
@@ -83,98 +69,54 @@ func resetPeakRSS(pid int) error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
-// cpuTimes reads the aggregate "cpu" line of /proc/stat: idle ticks and
-// total ticks.
-func cpuTimes() (idle, total uint64, err error) {
-	b, err := os.ReadFile("/proc/stat")
+// cpuTotal reads the machine's aggregate CPU times (seconds) from /proc/stat.
+func cpuTotal() (procfs.CPUStat, error) {
+	st, err := procfs.NewStat()
 	if err != nil {
-		return 0, 0, err
+		return procfs.CPUStat{}, err
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0, fmt.Errorf("unexpected /proc/stat line %q", line)
-	}
-	for i, s := range f[1:] {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
-		}
-		total += v
-		if i == 3 { // idle; iowait (i == 4) is not idle for us: the disk is busy
-			idle = v
-		}
-	}
-	return idle, total, nil
+	return st.CPUTotal, nil
+}
+
+// busySeconds is the non-idle part of c: idle and iowait excluded (iowait
+// is not idle for us only in cpuIdle), guest time excluded because user
+// time already counts it.
+func busySeconds(c procfs.CPUStat) float64 {
+	return c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
 }
 
 // cpuIdle returns the fraction of CPU time the whole machine was idle
-// during d.
+// during d (iowait counts as busy: the disk is).
 func cpuIdle(d time.Duration) (float64, error) {
-	i0, t0, err := cpuTimes()
+	c0, err := cpuTotal()
 	if err != nil {
 		return 0, err
 	}
 	time.Sleep(d)
-	i1, t1, err := cpuTimes()
+	c1, err := cpuTotal()
 	if err != nil {
 		return 0, err
 	}
-	if t1 == t0 {
-		return 0, fmt.Errorf("no CPU ticks in %v", d)
+	idle := c1.Idle - c0.Idle
+	total := idle + (c1.Iowait - c0.Iowait) + busySeconds(c1) - busySeconds(c0)
+	if total <= 0 {
+		return 0, fmt.Errorf("no CPU time passed in %v", d)
 	}
-	return float64(i1-i0) / float64(t1-t0), nil
+	return idle / total, nil
 }
 
-// clockTicks is USER_HZ, the unit of /proc CPU times (100 on every Linux
-// architecture Go supports).
-const clockTicks = 100
-
-// busyTicks is the machine's non-idle CPU time so far (idle and iowait
-// excluded), in clock ticks.
-func busyTicks() (uint64, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 6 || f[0] != "cpu" {
-		return 0, fmt.Errorf("unexpected /proc/stat line %q", line)
-	}
-	var busy uint64
-	for i, s := range f[1:] {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/stat: %w", err)
-		}
-		if i != 3 && i != 4 && i < 8 { // not idle, iowait, guest (already in user)
-			busy += v
-		}
-	}
-	return busy, nil
-}
-
-// procTicks is the CPU time (user + system, all threads) process pid has
-// used so far, in clock ticks; 0 if it cannot be read.
-func procTicks(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// procSeconds is the CPU time (user + system, all threads) process pid has
+// used so far, in seconds; 0 if it cannot be read.
+func procSeconds(pid int) float64 {
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0
 	}
-	// pid (comm) state … : comm may hold spaces, so split after the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
+	st, err := p.Stat()
+	if err != nil {
 		return 0
 	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseUint(f[11], 10, 64)  // field 14 utime
-	st, _ := strconv.ParseUint(f[12], 10, 64) // field 15 stime
-	return u + st
+	return st.CPUTime()
 }
 
 // cpuMeter measures, over an interval, how much CPU the machine spent
@@ -183,8 +125,8 @@ func procTicks(pid int) uint64 {
 // write-back, network soft interrupts run there) count as other load.
 type cpuMeter struct {
 	start     time.Time
-	busy0     uint64
-	ours0     uint64
+	busy0     float64
+	ours0     float64
 	ourPIDs   []int
 	unreadErr error
 }
@@ -193,9 +135,10 @@ type cpuMeter struct {
 // running).
 func startCPUMeter(pids ...int) *cpuMeter {
 	m := &cpuMeter{start: time.Now(), ourPIDs: pids}
-	m.busy0, m.unreadErr = busyTicks()
+	c, err := cpuTotal()
+	m.busy0, m.unreadErr = busySeconds(c), err
 	for _, p := range pids {
-		m.ours0 += procTicks(p)
+		m.ours0 += procSeconds(p)
 	}
 	return m
 }
@@ -208,18 +151,18 @@ func (m *cpuMeter) add(pid int) { m.ourPIDs = append(m.ourPIDs, pid) }
 // in CPUs (1.0 = one CPU busy all the time); -1 if unknown. Call it while
 // the processes are still running.
 func (m *cpuMeter) other() float64 {
-	busy1, err := busyTicks()
+	c, err := cpuTotal()
 	if err != nil || m.unreadErr != nil {
 		return -1
 	}
-	var ours uint64
+	var ours float64
 	for _, p := range m.ourPIDs {
-		ours += procTicks(p)
+		ours += procSeconds(p)
 	}
 	d := time.Since(m.start).Seconds()
-	other := float64(busy1-m.busy0) - float64(ours-m.ours0)
+	other := busySeconds(c) - m.busy0 - (ours - m.ours0)
 	if d <= 0 {
 		return -1
 	}
-	return max(other, 0) / clockTicks / d
+	return max(other, 0) / d
 }
