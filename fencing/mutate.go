@@ -172,12 +172,8 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 		// caller's read, or read now with a HEAD that overlaps the intent
 		// write.
 		var headCh chan headResult
-		var rec record
-		switch {
-		case !m.base.Exists() || m.ts.mode == ModeOff:
-		case m.base.SweptKnown:
-			rec = parseRecord(m.base.Swept)
-		default:
+		rec, needHead := knownRecord(m)
+		if needHead {
 			headCh = make(chan headResult, 1)
 			go func(key string) {
 				info, exists, err := g.head(ctx, key)
@@ -209,7 +205,7 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 			if h.err != nil {
 				return objstore.ObjectInfo{}, fmt.Errorf("%s %s: %w", m.op, m.key, h.err)
 			}
-			if !h.exists || objstore.NormalizeETag(h.info.ETag) != m.base.ETag {
+			if !atBase(m, h.info, h.exists) {
 				// Already not at base: resolve without committing.
 				info, next, err := g.resolveFailed(ctx, m, h.info, h.exists)
 				if next == nil {
@@ -447,4 +443,24 @@ func (g *Guard) pickShape(ctx context.Context, rec record, size int64, predict e
 			avoid.addAll(e.ETag)
 		}
 	}
+}
+
+// knownRecord returns the ETag-ABA record of the version m replaces when
+// it is known without a read: none (no base, or fencing off) or the one the
+// caller read with the base. needHead reports that it is not: the caller
+// reads it with a HEAD of the key, checked with atBase.
+func knownRecord(m *mutation) (rec record, needHead bool) {
+	switch {
+	case !m.base.Exists() || m.ts.mode == ModeOff:
+		return record{}, false
+	case m.base.SweptKnown:
+		return parseRecord(m.base.Swept), false
+	}
+	return record{}, true
+}
+
+// atBase reports whether a HEAD of m's key (info, exists) still shows m's
+// base version.
+func atBase(m *mutation, info objstore.ObjectInfo, exists bool) bool {
+	return exists && objstore.NormalizeETag(info.ETag) == m.base.ETag
 }

@@ -58,17 +58,13 @@ func (g *Guard) StartStream(ctx context.Context, key string, base Version, meta 
 	}
 	defer g.end()
 	m := &mutation{op: op, kind: kindPut, key: key, base: base, ts: ts, wid: newWID()}
-	var rec record
-	switch {
-	case !base.Exists() || ts.mode == ModeOff:
-	case base.SweptKnown:
-		rec = parseRecord(base.Swept)
-	default:
+	rec, needHead := knownRecord(m)
+	if needHead {
 		info, exists, err := g.head(ctx, key)
 		if err != nil {
 			return nil, fmt.Errorf("stream %s: %w", key, err)
 		}
-		if !exists || objstore.NormalizeETag(info.ETag) != base.ETag {
+		if !atBase(m, info, exists) {
 			return nil, staleErr(op, key, "changed before its upload started")
 		}
 		rec = parseRecord(info.Meta[MetaSwept])
