@@ -114,7 +114,8 @@ func (g *Guard) Copy(ctx context.Context, src, srcETag, dst string, dstBase Vers
 			return objstore.ObjectInfo{}, err
 		}
 		return g.store.Copy(ctx, src, srcETag, dst, objstore.PutOptions{
-			Cond: cond, Meta: g.stamped(meta, m, rec), ContentType: srcInfo.ContentType, Shape: shape, Parts: parts})
+			Cond: cond, Meta: g.stamped(meta, m, rec), ContentType: srcInfo.ContentType, Shape: shape, Parts: parts,
+			Source: &srcInfo})
 	})
 }
 

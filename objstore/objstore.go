@@ -96,6 +96,12 @@ type PutOptions struct {
 	// Shape and Parts select the upload shape; see Shape.
 	Shape Shape
 	Parts int
+	// Source, on Copy only, is what the caller already read of the source
+	// version it names (Size, Meta, ContentType of the version with
+	// srcETag): the store may use it instead of reading them again. The
+	// content is still read pinned to srcETag, so a source that changed
+	// still fails the copy with ErrPrecondition.
+	Source *ObjectInfo
 }
 
 // GetOptions configures Get.

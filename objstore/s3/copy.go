@@ -26,8 +26,9 @@ const spoolInMemory = 32 << 20
 //     pinned to srcETag, then a PutObject carrying opts.Cond; the bytes pass
 //     through this process. ShapePlain is limited to 5 GiB.
 //
-// The source's metadata and content type are read by a HEAD pinned to
-// srcETag (used when opts.Meta is nil / opts.ContentType is empty).
+// The source's size, metadata and content type are read by a HEAD pinned
+// to srcETag (metadata used when opts.Meta is nil, content type when
+// opts.ContentType is empty), unless opts.Source gives them.
 // Errors: ErrNotFound (src missing), ErrPrecondition (src is not srcETag,
 // also if it changes during the copy, or opts.Cond fails on dst).
 func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
@@ -41,7 +42,7 @@ func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, opts objstor
 	if srcETag == "" {
 		return objstore.ObjectInfo{}, fmt.Errorf("copy %q: empty source ETag: %w", src, objstore.ErrInvalid)
 	}
-	si, err := s.stat(ctx, src, srcETag)
+	si, err := s.copySource(ctx, src, srcETag, opts.Source)
 	if err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("copy source: %w", err)
 	}
@@ -69,6 +70,15 @@ func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, opts objstor
 		return objstore.ObjectInfo{}, err
 	}
 	return s.written(dst, si.Size, etag, meta, ct), nil
+}
+
+// copySource returns the source version's info: known, when the caller's
+// is of srcETag, else read by a HEAD pinned to srcETag.
+func (s *Store) copySource(ctx context.Context, src, srcETag string, known *objstore.ObjectInfo) (objstore.ObjectInfo, error) {
+	if known != nil && objstore.NormalizeETag(known.ETag) == srcETag {
+		return *known, nil
+	}
+	return s.stat(ctx, src, srcETag)
 }
 
 // copyPart copies [off, off+n) of src version srcETag as one part. An

@@ -249,6 +249,23 @@ func TestMetrics(t *testing.T) {
 // value returns the value of the counter series of name with labels.
 func value(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
+	v, ok := counter(t, reg, name, labels)
+	if !ok {
+		t.Fatalf("no series %s%v", name, labels)
+	}
+	return v
+}
+
+// valueOr0 is value, 0 when the series does not exist (yet).
+func valueOr0(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, _ := counter(t, reg, name, labels)
+	return v
+}
+
+// counter finds the counter series of name with labels.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -268,11 +285,10 @@ func value(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 					continue series
 				}
 			}
-			return m.GetCounter().GetValue()
+			return m.GetCounter().GetValue(), true
 		}
 	}
-	t.Fatalf("no series %s%v", name, labels)
-	return 0
+	return 0, false
 }
 
 // TestConcurrentConditionalOpsOnTheGateway records whether the gateway ever
@@ -335,5 +351,42 @@ func TestCAFileAndAWSCABundle(t *testing.T) {
 		if !errors.Is(err, objstore.ErrUnavailable) {
 			t.Fatalf("AWS_CA_BUNDLE=%s: %v", sys, err)
 		}
+	}
+}
+
+// TestCopyWithAKnownSourceSkipsItsHeadButStaysPinned checks that a Copy
+// given the source's info sends no HEAD, and that the content is still
+// read pinned to the source ETag: a source replaced since fails the copy.
+func TestCopyWithAKnownSourceSkipsItsHeadButStaysPinned(t *testing.T) {
+	gw := gateway.ForTest(t)
+	cfg := config(t, gw)
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	s := newStore(t, cfg)
+	ctx := context.Background()
+	src := storetest.MustPut(t, ctx, s, "src", []byte("first"), objstore.PutOptions{Meta: map[string]string{"a": "1"}})
+	heads := func() float64 {
+		return valueOr0(t, reg, "fencefs_s3_requests_total", map[string]string{"op": "head", "outcome": "ok"})
+	}
+	h0 := heads()
+	out, err := s.Copy(ctx, "src", src.ETag, "dst", objstore.PutOptions{Source: &src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := heads() - h0; got != 0 {
+		t.Errorf("copy with a known source sent %v HEADs, want 0", got)
+	}
+	if got, _ := storetest.ReadAll(t, ctx, s, "dst", objstore.GetOptions{}); string(got) != "first" {
+		t.Errorf("dst = %q", got)
+	}
+	if out.Meta["a"] != "1" {
+		t.Errorf("dst meta = %v, want the source's", out.Meta)
+	}
+	storetest.MustPut(t, ctx, s, "src", []byte("other"), objstore.PutOptions{}) // same size, new ETag
+	if _, err := s.Copy(ctx, "src", src.ETag, "dst2", objstore.PutOptions{Source: &src}); !errors.Is(err, objstore.ErrPrecondition) {
+		t.Errorf("copy of a replaced source with its old info: %v, want ErrPrecondition", err)
+	}
+	if _, err := s.Stat(ctx, "dst2"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("dst2 after the refused copy: %v, want ErrNotFound", err)
 	}
 }
