@@ -42,6 +42,19 @@ type keyIntent struct {
 // call settle. Concurrent callers share journal writes.
 func (g *Guard) ensureIntent(ctx context.Context, ts tokenState, key, base string) (*keyIntent, error) {
 	g.mu.Lock()
+	ki := g.refIntentLocked(ts, key)
+	g.mu.Unlock()
+	if err := g.cover(ctx, ki, base); err != nil {
+		g.settle(ki, true)
+		return nil, err
+	}
+	return ki, nil
+}
+
+// refIntentLocked returns the live intent for key under ts's binding
+// (a new one if there is none) with a reference taken for the caller.
+// LOCKS_REQUIRED(g.mu)
+func (g *Guard) refIntentLocked(ts tokenState, key string) *keyIntent {
 	ki := g.intents[key]
 	if ki == nil || ki.epoch != ts.token || ki.claim != ts.claim {
 		ki = &keyIntent{
@@ -54,12 +67,22 @@ func (g *Guard) ensureIntent(ctx context.Context, ts tokenState, key, base strin
 		g.intents[key] = ki
 	}
 	ki.refs++
-	g.mu.Unlock()
-	if err := g.cover(ctx, ki, base); err != nil {
-		g.settle(ki, true)
-		return nil, err
+	return ki
+}
+
+// wantBaseLocked adds base to what ki's entry must name (the next journal
+// write includes it). LOCKS_REQUIRED(g.mu)
+func (g *Guard) wantBaseLocked(ki *keyIntent, base string) {
+	ki.bases[base] = true
+	if ki.orphan {
+		// No longer a live entry: the journal keeps it among its orphans.
+		if jr := g.jr; jr != nil && jr.epoch == ki.epoch && jr.claim == ki.claim {
+			if jr.orphans[ki.key] == nil {
+				jr.orphans[ki.key] = map[string]bool{}
+			}
+			jr.orphans[ki.key][base] = true
+		}
 	}
-	return ki, nil
 }
 
 // cover makes the journal name base for ki's key, unless it already does.
@@ -86,16 +109,7 @@ func (g *Guard) cover(ctx context.Context, ki *keyIntent, base string) error {
 			return nil
 		}
 	}
-	ki.bases[base] = true
-	if ki.orphan {
-		// No longer a live entry: the journal keeps it among its orphans.
-		if jr := g.jr; jr != nil && jr.epoch == ki.epoch && jr.claim == ki.claim {
-			if jr.orphans[ki.key] == nil {
-				jr.orphans[ki.key] = map[string]bool{}
-			}
-			jr.orphans[ki.key][base] = true
-		}
-	}
+	g.wantBaseLocked(ki, base)
 	g.mu.Unlock()
 	if err := g.syncJournal(ctx); err != nil {
 		return err
@@ -267,6 +281,53 @@ func (g *Guard) PrepareBase(key string, base Version) {
 		// commit comes.
 		g.settle(ki, true)
 	}()
+}
+
+// Intent names a coming mutation for Reserve: its key and the version it
+// will be conditioned on (the zero Version for a create).
+type Intent struct {
+	Key  string
+	Base Version
+}
+
+// Reserve writes, in strict mode, the intents of several mutations the
+// caller is about to make in one journal write, and keeps them until
+// release is called: each of those mutations then finds its intent written
+// and validated, and needs no journal write of its own (a rename's copy to
+// the destination and delete of the source: one write instead of two; a
+// directory rename: one per batch of files). Like Prepare it is a hint:
+// it never fails; when it cannot write (another mode, not bound, fenced,
+// storage errors) the mutations write their own intents and meet the
+// error themselves. release must be called exactly once, after the
+// mutations returned; it never blocks. Safe for concurrent use.
+func (g *Guard) Reserve(ctx context.Context, intents ...Intent) (release func()) {
+	g.mu.Lock()
+	ok := g.cfg.Mode == ModeStrict && g.state == StateActive && !g.binding && !g.closed
+	ts := tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}
+	var kis []*keyIntent
+	write := false
+	for _, in := range intents {
+		if !ok || g.checkKey(in.Key) != nil {
+			continue
+		}
+		ki := g.refIntentLocked(ts, in.Key)
+		if !ki.written[in.Base.ETag] {
+			g.wantBaseLocked(ki, in.Base.ETag)
+			write = true
+		}
+		kis = append(kis, ki)
+	}
+	g.mu.Unlock()
+	if write {
+		if err := g.syncJournal(ctx); err != nil {
+			g.log.Debug("reserving intents failed; each mutation writes its own", "keys", len(kis), "err", err)
+		}
+	}
+	return func() {
+		for _, ki := range kis {
+			g.settle(ki, true) // a reservation commits nothing itself
+		}
+	}
 }
 
 // putDoc writes a JSON protocol document unconditionally, retrying

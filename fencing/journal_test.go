@@ -237,3 +237,97 @@ func TestJournalWriteWithAnUnknownOutcomeIsNeverTakenForALaterOne(t *testing.T) 
 		t.Errorf("the journal names %v, not u/second: a write with other content was taken for ours", intentKeys(t, ctx, s, ""))
 	}
 }
+
+// TestReserveWritesSeveralIntentsInOneJournalWrite checks what Reserve is
+// for: a rename's copy to the destination and delete of the source, both
+// reserved, cost one journal write between them.
+func TestReserveWritesSeveralIntentsInOneJournalWrite(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, a, 1)
+	src, err := gput(ctx, a, "r/src", "content", Version{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes atomic.Int32
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if ev.Op == memstore.OpPut && ev.Phase == memstore.PhaseBefore && strings.Contains(ev.Key, "/intents/") {
+			writes.Add(1)
+		}
+		return nil
+	})
+	release := a.Reserve(ctx, Intent{Key: "r/dst"}, Intent{Key: "r/src", Base: VersionOf(src)})
+	if _, err := a.Copy(ctx, "r/src", src.ETag, "r/dst", Version{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Delete(ctx, "r/src", VersionOf(src)); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	s.SetHook(nil)
+	if w := writes.Load(); w != 1 {
+		t.Errorf("reserved copy + delete made %d journal writes, want 1", w)
+	}
+	if got, _, ok := read(t, ctx, s, "r/dst"); !ok || got != "content" {
+		t.Errorf("r/dst = %q, %v", got, ok)
+	}
+}
+
+// TestReservedIntentsAreSweptByANewerBinder checks that a reservation is as
+// binding as a commit's own intent: when a newer binder takes over between
+// the reservation and the mutations, those mutations are refused (their
+// keys were swept), not landed on the strength of the earlier journal
+// write.
+func TestReservedIntentsAreSweptByANewerBinder(t *testing.T) {
+	eachStore(t, func(t *testing.T, newStore func() objstore.Store, real bool) {
+		ctx := testCtx(t, 30*time.Second)
+		s := newStore()
+		a := newGuard(t, staleRegister{s}, Config{Holder: "A"}) // learns nothing from the register
+		bind(t, ctx, a, 1)
+		src, err := gput(ctx, a, "r/src", "content", Version{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := a.Reserve(ctx, Intent{Key: "r/dst"}, Intent{Key: "r/src", Base: VersionOf(src)})
+		defer release()
+		b := newGuard(t, s, Config{Holder: "B"})
+		bind(t, ctx, b, 2)
+
+		_, err = a.Copy(ctx, "r/src", src.ETag, "r/dst", Version{}, nil)
+		mustFenced(t, "A's reserved copy after B's takeover", err, "")
+		err = a.Delete(ctx, "r/src", VersionOf(src))
+		mustFenced(t, "A's reserved delete after B's takeover", err, "")
+		// B's sweep found r/dst in A's sealed journal (only the reservation
+		// put it there) and closed it with a tombstone.
+		if _, info, ok := read(t, ctx, s, "r/dst"); !ok || !isTombstone(info) || info.Meta[MetaEpoch] != "2" {
+			t.Errorf("r/dst = exists %v, meta %v; want B's tombstone (epoch 2), not A's copy", ok, info.Meta)
+		}
+		if got, info, ok := read(t, ctx, s, "r/src"); !ok || got != "content" || info.Meta[MetaEpoch] != "2" {
+			t.Errorf("r/src = %q (exists %v, epoch %q), want the content re-stamped by B's sweep", got, ok, info.Meta[MetaEpoch])
+		}
+	})
+}
+
+// TestReserveIsANoOpOutsideStrictMode checks that Reserve writes nothing in
+// fast and off modes and leaves the mutations to their own protocol.
+func TestReserveIsANoOpOutsideStrictMode(t *testing.T) {
+	for _, mode := range []Mode{ModeFast, ModeOff} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 20*time.Second)
+			s := memstore.New()
+			a := newGuard(t, s, Config{Holder: "A", Mode: mode})
+			if mode != ModeOff {
+				bind(t, ctx, a, 1)
+			}
+			release := a.Reserve(ctx, Intent{Key: "r/dst"})
+			if _, err := gput(ctx, a, "r/dst", "x", Version{}); err != nil {
+				t.Fatal(err)
+			}
+			release()
+			if n := countIntents(t, ctx, s); n != 0 {
+				t.Errorf("%d intents in %s mode, want 0", n, mode)
+			}
+		})
+	}
+}

@@ -25,6 +25,7 @@ type Guard interface {
 	Bind(ctx context.Context, token uint64) (uint64, error)
 	Status() fencing.Status
 	PrepareBase(key string, base fencing.Version)
+	Reserve(ctx context.Context, intents ...fencing.Intent) (release func())
 	StartStream(ctx context.Context, key string, base fencing.Version, meta fencing.Meta) (*fencing.Stream, error)
 	CommitStream(ctx context.Context, s *fencing.Stream, parts []objstore.Part, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Put(ctx context.Context, key string, body io.ReaderAt, size int64, base fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)

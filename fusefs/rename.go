@@ -159,6 +159,10 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 
 	a.Ctime = time.Now()
 	meta := encodeAttr(a, info.Meta)
+	// Strict mode: the copy's and the delete's intents in one journal write.
+	release := fsys.guard.Reserve(ctx,
+		fencing.Intent{Key: dstKey, Base: dstBase}, fencing.Intent{Key: srcKey, Base: fencing.VersionOf(info)})
+	defer release()
 	cp := func(base fencing.Version) (objstore.ObjectInfo, error) {
 		return fsys.guard.Copy(ctx, srcKey, info.ETag, dstKey, base, meta)
 	}
@@ -302,9 +306,13 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 	}
 	copied := make([]objstore.ObjectInfo, len(srcs))
 	done := make([]bool, len(srcs))
-	err = parallel(ctx, len(srcs), func(ctx context.Context, i int) error {
+	dstOf := func(e objstore.Entry) string { return dstPrefix + strings.TrimPrefix(e.Key, srcPrefix) }
+	err = fsys.reserved(ctx, len(srcs), func(i int) fencing.Intent {
+		to := dstOf(srcs[i])
+		return fencing.Intent{Key: to, Base: dstVersions[to]}
+	}, func(ctx context.Context, i int) error {
 		e := srcs[i]
-		to := dstPrefix + strings.TrimPrefix(e.Key, srcPrefix)
+		to := dstOf(e)
 		out, err := fsys.guard.Copy(ctx, e.Key, e.ETag, to, dstVersions[to], nil)
 		if err != nil {
 			return fmt.Errorf("copy %s to %s: %w", e.Key, to, err)
@@ -335,7 +343,9 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 			rest = append(rest, i)
 		}
 	}
-	err = parallel(ctx, len(rest), func(ctx context.Context, j int) error {
+	err = fsys.reserved(ctx, len(rest), func(j int) fencing.Intent {
+		return fencing.Intent{Key: srcs[rest[j]].Key, Base: fencing.Version{ETag: srcs[rest[j]].ETag}}
+	}, func(ctx context.Context, j int) error {
 		e := srcs[rest[j]]
 		return fsys.deleteObject(ctx, e.Key, fencing.Version{ETag: e.ETag})
 	})
@@ -407,6 +417,32 @@ func updateTree(ino *fs.Inode, prefix string, byOld map[string]objstore.ObjectIn
 			}
 		}
 	}
+}
+
+// reserveChunk is how many mutations of a directory rename share one
+// reservation (one journal write in strict mode; the journal holds them
+// while they run).
+const reserveChunk = 128
+
+// reserved runs fn for i in [0, n) like parallel, in chunks of
+// reserveChunk whose intents (intent(i)) are reserved with one journal
+// write before the chunk starts (Guard.Reserve). It stops at the first
+// error.
+func (fsys *filesystem) reserved(ctx context.Context, n int, intent func(i int) fencing.Intent, fn func(ctx context.Context, i int) error) error {
+	for lo := 0; lo < n; lo += reserveChunk {
+		hi := min(lo+reserveChunk, n)
+		ins := make([]fencing.Intent, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			ins = append(ins, intent(i))
+		}
+		release := fsys.guard.Reserve(ctx, ins...)
+		err := parallel(ctx, hi-lo, func(ctx context.Context, j int) error { return fn(ctx, lo+j) })
+		release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // parallel runs fn for 0..n-1 with at most renameParallelism at a time and
