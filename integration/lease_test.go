@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -518,7 +519,8 @@ func TestRunReleaseHandsOverAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	runA := startRun(t, gw, "A", "leader", ma.Dir, []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=hold", "LEASE_CHILD_UNTIL=" + doneA}, "--ttl", ttl)
+	addrA, addrB := metricsAddr(t), metricsAddr(t)
+	runA := startRun(t, gw, "A", "leader", ma.Dir, []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=hold", "LEASE_CHILD_UNTIL=" + doneA}, "--ttl", ttl, "--metrics-addr", addrA)
 	var startA childEvent
 	waitUntil(ctx, t, "A's command starts", func() bool {
 		var ok bool
@@ -526,10 +528,17 @@ func TestRunReleaseHandsOverAtOnce(t *testing.T) {
 		return ok
 	})
 	killGroupOnCleanup(t, startA.pid)
-	runB := startRun(t, gw, "B", "leader", mb.Dir, []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=hold", "LEASE_CHILD_UNTIL=" + doneB}, "--ttl", ttl)
+	runB := startRun(t, gw, "B", "leader", mb.Dir, []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=hold", "LEASE_CHILD_UNTIL=" + doneB}, "--ttl", ttl, "--metrics-addr", addrB)
 	waitUntil(ctx, t, "B waits for the lease held by A", func() bool {
 		return strings.Contains(runB.output(), "waiting for the lease") && strings.Contains(runB.output(), "holder=")
 	})
+	// What an operator sees: A holds (healthy, held 1, its token), B waits.
+	wantHealth(t, addrA, 200, fmt.Sprintf("ok lease=leader token=%d", startA.token))
+	wantMetrics(t, addrA, `fencefs_lease_held{lease="leader"} 1`, fmt.Sprintf(`fencefs_lease_token{lease="leader"} %d`, startA.token),
+		`fencefs_lease_acquisitions_total{how="created",lease="leader"} 1`, `fencefs_lease_last_renewal_timestamp_seconds{lease="leader"}`,
+		`fencefs_s3_requests_total`)
+	wantHealth(t, addrB, 503, "waiting for lease leader")
+	wantMetrics(t, addrB, `fencefs_lease_held{lease="leader"} 0`)
 	if _, ok := findEvent(readChildLog(t, logPath), func(e childEvent) bool { return e.name == "B" }); ok {
 		t.Fatalf("B's command ran while A holds the lease")
 	}
@@ -550,6 +559,8 @@ func TestRunReleaseHandsOverAtOnce(t *testing.T) {
 	if !strings.Contains(runB.output(), "how=released") {
 		t.Errorf("B did not acquire through A's release; output:\n%s", runB.output())
 	}
+	wantHealth(t, addrB, 200, fmt.Sprintf("ok lease=leader token=%d", startB.token))
+	wantMetrics(t, addrB, `fencefs_lease_held{lease="leader"} 1`, `fencefs_lease_acquisitions_total{how="released",lease="leader"} 1`)
 	if startB.token <= startA.token {
 		t.Errorf("B's token %d is not above A's %d", startB.token, startA.token)
 	}
@@ -638,5 +649,35 @@ func TestRunInterruptedWhileWaitingExitsWithoutRunningTheCommand(t *testing.T) {
 	}
 	if code := runA.wait(ctx, t); code != 0 {
 		t.Errorf("fencefs run A exited %d; output:\n%s", code, runA.output())
+	}
+}
+
+// metricsAddr is a free loopback address for a --metrics-addr.
+func metricsAddr(t *testing.T) string {
+	t.Helper()
+	port, err := gateway.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// wantHealth checks addr's /healthz status and that its body holds want.
+func wantHealth(t *testing.T, addr string, code int, want string) {
+	t.Helper()
+	got, body := harness.Scrape(t, "http://"+addr+"/healthz")
+	if got != code || !strings.Contains(body, want) {
+		t.Errorf("%s/healthz = %d %q; want %d with %q", addr, got, body, code, want)
+	}
+}
+
+// wantMetrics checks that addr's /metrics holds every line prefix of want.
+func wantMetrics(t *testing.T, addr string, want ...string) {
+	t.Helper()
+	_, m := harness.Scrape(t, "http://"+addr+"/metrics")
+	for _, w := range want {
+		if !strings.Contains(m, w) {
+			t.Errorf("%s/metrics lacks %q", addr, w)
+		}
 	}
 }

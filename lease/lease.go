@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Errors. Errors from this package wrap one of these, a context error, or a
@@ -69,6 +70,9 @@ type Options struct {
 	Poll time.Duration
 	// Logger receives progress and warnings; nil discards them.
 	Logger *slog.Logger
+	// Registerer receives the lease's metrics (fencefs_lease_*, labelled
+	// by lease name); nil records none.
+	Registerer prometheus.Registerer
 }
 
 // Acquisition says how a lease was acquired.
@@ -92,6 +96,7 @@ type Lease struct {
 	id    string
 	ttl   time.Duration
 	log   *slog.Logger
+	met   *metrics
 	acq   Acquisition
 
 	lost     chan struct{}      // closed on loss
@@ -172,6 +177,7 @@ func Acquire(ctx context.Context, store objstore.Store, name string, opts Option
 		id:    randomID(),
 		ttl:   opts.TTL,
 		log:   log.With("lease", name),
+		met:   newMetrics(opts.Registerer, name),
 		lost:  make(chan struct{}),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
@@ -179,6 +185,7 @@ func Acquire(ctx context.Context, store objstore.Store, name string, opts Option
 	if err := l.acquire(ctx, opts); err != nil {
 		return nil, err
 	}
+	l.met.acquired(l.acq.How)
 	l.bg, l.cancelBG = context.WithCancel(context.Background())
 	go l.renewLoop()
 
@@ -452,6 +459,7 @@ func (l *Lease) adopt(etag string, rec record, basis time.Time) {
 	l.cur = current{etag: etag, rec: rec, basis: basis}
 	l.mu.Unlock()
 	l.pend = pending{}
+	l.met.wrote()
 }
 
 // renewLoop renews the lease until stop or loss.
@@ -485,13 +493,16 @@ func (l *Lease) renewLoop() {
 		cancel()
 		switch {
 		case err == nil:
+			l.met.renewal("ok")
 			retryAt = time.Time{}
 		case errors.Is(err, ErrLost):
+			l.met.renewal("lost")
 			l.lose(err)
 			return
 		case l.bg.Err() != nil:
 			return // stopping
 		default:
+			l.met.renewal("error")
 			l.log.Warn("renewing the lease failed; retrying", "err", err)
 			retryAt = time.Now().Add(retryDelay(l.ttl))
 		}
@@ -507,6 +518,7 @@ func (l *Lease) lose(err error) {
 	}
 	l.err = err
 	close(l.lost)
+	l.met.ended(true)
 	l.log.Info("lease lost", "reason", err)
 }
 
@@ -592,6 +604,7 @@ func (l *Lease) writeNow(ctx context.Context, tok uint64) error {
 	}
 	if tok != 0 {
 		l.token = tok
+		l.met.setToken(tok)
 	}
 	deadline := holdDeadline(l.cur.basis, l.ttl)
 	l.mu.Unlock()
@@ -645,6 +658,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.released = true
 		if l.err == nil {
 			l.err = ErrReleased
+			l.met.ended(false)
 		}
 		l.log.Info("lease released")
 		return nil
@@ -652,6 +666,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		if l.err == nil {
 			l.err = err
 			close(l.lost)
+			l.met.ended(true)
 		}
 		return l.err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencefs/fencefs/config"
 	"github.com/fencefs/fencefs/objstore"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
@@ -24,9 +25,9 @@ type adminEnv struct {
 }
 
 // openAdmin loads the configuration for a command on BUCKET[/PREFIX] and
-// opens the store. Logs go to stderr (or log.file) at log.level, which
+// opens the store (its metrics go to reg, when not nil). Logs go to stderr (or log.file) at log.level, which
 // defaults to warn for these commands so that their output stays readable.
-func openAdmin(ctx context.Context, cmd *cobra.Command, target string) (*adminEnv, error) {
+func openAdmin(ctx context.Context, cmd *cobra.Command, target string, reg prometheus.Registerer) (*adminEnv, error) {
 	cfg, err := config.Load(config.Source{Flags: cmd.Flags(), Target: target}, false)
 	if err != nil {
 		return nil, usageError{err}
@@ -39,7 +40,7 @@ func openAdmin(ctx context.Context, cmd *cobra.Command, target string) (*adminEn
 	if err != nil {
 		return nil, usageError{fmt.Errorf("log.file: cannot open %s: %v", cfg.Log.File, unwrapPath(err))}
 	}
-	store, err := openStore(ctx, cfg, log, nil)
+	store, err := openStore(ctx, cfg, log, reg)
 	if err != nil {
 		closeLog()
 		return nil, explainStoreErr(cfg, err)

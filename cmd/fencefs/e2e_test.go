@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -457,20 +456,6 @@ func TestProbeReportsStrictPossibleOnGateway(t *testing.T) {
 	oneErrorLine(t, bad, "fencefs: probe: ", "does not exist")
 }
 
-func scrape(t *testing.T, url string) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 func TestMetricsShowTheStateChangeWhenFenced(t *testing.T) {
 	gw := gateway.ForTest(t)
 	bucket := gateway.NewBucket(t, gw)
@@ -483,11 +468,11 @@ func TestMetricsShowTheStateChangeWhenFenced(t *testing.T) {
 	if err := os.WriteFile(fs.Path("m.txt"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, body := scrape(t, "http://"+addr+"/healthz")
+	code, body := harness.Scrape(t, "http://"+addr+"/healthz")
 	if code != 200 || !strings.Contains(body, "state=active") {
 		t.Fatalf("/healthz = %d %q", code, body)
 	}
-	_, m := scrape(t, "http://"+addr+"/metrics")
+	_, m := harness.Scrape(t, "http://"+addr+"/metrics")
 	for _, want := range []string{`fencefs_fencing_state{state="active"} 1`, "fencefs_fencing_token 3", "fencefs_mount_up 1", `fencefs_probe_check{check="if-match-cas"} 1`, "fencefs_s3_requests_total",
 		`fencefs_fuse_op_duration_seconds_count{op="flush"}`, `fencefs_s3_request_duration_seconds_bucket`} {
 		if !strings.Contains(m, want) {
@@ -500,7 +485,7 @@ func TestMetricsShowTheStateChangeWhenFenced(t *testing.T) {
 	if err := os.WriteFile(fs.Path("m.txt"), []byte("y"), 0o644); !errors.Is(err, syscall.EROFS) {
 		t.Fatalf("write after raise: %v, want EROFS", err)
 	}
-	_, m = scrape(t, "http://"+addr+"/metrics")
+	_, m = harness.Scrape(t, "http://"+addr+"/metrics")
 	for _, want := range []string{`fencefs_fencing_state{state="fenced"} 1`, `fencefs_fencing_state{state="active"} 0`, "fencefs_fencing_fenced_refusals_total", "fencefs_fuse_dirty_files 0"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics after fencing lacks %q", want)
@@ -508,10 +493,10 @@ func TestMetricsShowTheStateChangeWhenFenced(t *testing.T) {
 	}
 	// The periodic refresh brings the epoch seen up to date.
 	waitFor(t, "fencefs_fencing_epoch_seen 4", func() bool {
-		_, m := scrape(t, "http://"+addr+"/metrics")
+		_, m := harness.Scrape(t, "http://"+addr+"/metrics")
 		return strings.Contains(m, "fencefs_fencing_epoch_seen 4")
 	})
-	code, body = scrape(t, "http://"+addr+"/healthz")
+	code, body = harness.Scrape(t, "http://"+addr+"/healthz")
 	if code != 200 || !strings.Contains(body, "state=fenced") {
 		t.Errorf("/healthz when fenced = %d %q", code, body)
 	}

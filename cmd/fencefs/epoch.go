@@ -45,7 +45,7 @@ func newEpochShowCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
-			env, err := openAdmin(ctx, cmd, args[0])
+			env, err := openAdmin(ctx, cmd, args[0], nil)
 			if err != nil {
 				return err
 			}
@@ -125,7 +125,7 @@ holder name, so a new leader usually mounts with N+1 (or auto).`,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
-			env, err := openAdmin(ctx, cmd, args[0])
+			env, err := openAdmin(ctx, cmd, args[0], nil)
 			if err != nil {
 				return err
 			}

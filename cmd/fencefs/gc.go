@@ -38,7 +38,7 @@ nothing is removed. Progress is shown on a terminal; -v lists every item.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 6*adminTimeout)
 			defer cancel()
-			env, err := openAdmin(ctx, cmd, args[0])
+			env, err := openAdmin(ctx, cmd, args[0], nil)
 			if err != nil {
 				return err
 			}

@@ -15,9 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// listenMetrics binds addr now (so that a busy port fails the mount) and
-// prepares /metrics (reg) and /healthz (health). Serving starts with serve.
-func listenMetrics(addr string, reg *prometheus.Registry, health *mountRun) (*metricsServer, error) {
+// listenMetrics binds addr now (so that a busy port fails the command
+// before it does anything) and prepares /metrics (reg) and /healthz (the
+// status code and one-line body health returns). Serving starts with
+// serve.
+func listenMetrics(addr string, reg *prometheus.Registry, health func() (int, string)) (*metricsServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics.addr: cannot listen on %s: %v", addr, unwrapOpErr(err))
@@ -25,7 +27,7 @@ func listenMetrics(addr string, reg *prometheus.Registry, health *mountRun) (*me
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		code, body := healthz(health)
+		code, body := health()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(code)
 		fmt.Fprintln(w, body)

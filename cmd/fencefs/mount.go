@@ -214,7 +214,7 @@ func (m *mountRun) start(ctx context.Context) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo(), mountUp(m))
 	if cfg.Metrics.Addr != "" {
-		ms, err := listenMetrics(cfg.Metrics.Addr, reg, m)
+		ms, err := listenMetrics(cfg.Metrics.Addr, reg, func() (int, string) { return healthz(m) })
 		if err != nil {
 			return err
 		}

@@ -28,7 +28,7 @@ fencing mode of --fence-mode (default strict) can run on this storage:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
-			env, err := openAdmin(ctx, cmd, args[0])
+			env, err := openAdmin(ctx, cmd, args[0], nil)
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -11,11 +12,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/fencefs/fencefs/config"
 	"github.com/fencefs/fencefs/lease"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -91,7 +95,7 @@ waiting.`,
 	f.DurationVar(&o.ttl, "ttl", lease.DefaultTTL, "lease TTL: renewed every TTL/3, lost without a renewal for 4/5 of it")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
 	f.BoolVar(&o.foreground, "foreground", false, "run COMMAND in this process group (it can read the terminal; its children are not signalled)")
-	addAdminFlags(cmd, 0)
+	addAdminFlags(cmd, config.GroupMetrics)
 	f.String("fence-domain", config.DomainBucket, "fence domain of the mount: bucket or prefix")
 	return cmd
 }
@@ -156,22 +160,39 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	defer endWait()
 
-	env, err := openAdmin(waitCtx, cmd, target)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	env, err := openAdmin(waitCtx, cmd, target, reg)
 	if err != nil {
 		return interruptedOr(endWait(), o, err)
 	}
 	defer env.close()
+	var held atomic.Pointer[lease.Lease] // for /healthz, once acquired
+	if addr := env.cfg.Metrics.Addr; addr != "" {
+		ms, err := listenMetrics(addr, reg, func() (int, string) { return leaseHealth(o.lease, held.Load()) })
+		if err != nil {
+			return interruptedOr(endWait(), o, err)
+		}
+		ms.serve(env.log)
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			ms.close(ctx)
+		}()
+	}
 	domain := env.cfg.DomainKeyPrefix()
 	env.log.Info("waiting for the lease", "lease", o.lease, "bucket", env.cfg.S3.Bucket, "domain", domain, "mount", mp)
 	l, err := lease.Acquire(waitCtx, env.store, o.lease, lease.Options{
-		TTL:    o.ttl,
-		Domain: domain,
-		Bind:   mountBinder(mp),
-		Logger: env.log,
+		TTL:        o.ttl,
+		Domain:     domain,
+		Bind:       mountBinder(mp),
+		Logger:     env.log,
+		Registerer: reg,
 	})
 	if err != nil {
 		return interruptedOr(endWait(), o, explainStoreErr(env.cfg, err))
 	}
+	held.Store(l)
 
 	releaseLease := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), o.ttl)
@@ -378,4 +399,19 @@ func explainBindErrno(mp string, err error) error {
 		return fmt.Errorf("the mount at %s does not accept %stoken (%v): is it a fencefs mount?", mp, xattrPrefix, err)
 	}
 	return fmt.Errorf("binding a token on %s: %v", mp, err)
+}
+
+// leaseHealth is fencefs run's /healthz: 200 while the lease is held (the
+// command runs), 503 while waiting for it and after it was lost or
+// released. The body says which.
+func leaseHealth(name string, l *lease.Lease) (int, string) {
+	switch {
+	case l == nil:
+		return http.StatusServiceUnavailable, fmt.Sprintf("waiting for lease %s", name)
+	case l.Held():
+		return http.StatusOK, fmt.Sprintf("ok lease=%s token=%d", name, l.Token())
+	case l.Err() != nil:
+		return http.StatusServiceUnavailable, fmt.Sprintf("lease %s ended: %v", name, l.Err())
+	}
+	return http.StatusServiceUnavailable, fmt.Sprintf("lease %s not renewed in time", name)
 }

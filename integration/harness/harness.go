@@ -27,6 +27,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -427,4 +429,21 @@ func Command(t testing.TB, gw *gateway.Gateway, args ...string) *exec.Cmd {
 		}
 	})
 	return cmd
+}
+
+// Scrape GETs url (a metrics or health endpoint of a process under test)
+// and returns the status code and body; it fails the test if the request
+// fails.
+func Scrape(t testing.TB, url string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
