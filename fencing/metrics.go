@@ -1,8 +1,7 @@
 package fencing
 
 import (
-	"errors"
-
+	"github.com/fencefs/fencefs/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -44,31 +43,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sweptKeys: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
 			Name: "swept_keys_total", Help: "Keys rewritten or tombstoned by takeover sweeps."}),
 	}
-	m.token = register(reg, m.token).(prometheus.Gauge)
-	m.epochSeen = register(reg, m.epochSeen).(prometheus.Gauge)
-	m.state = register(reg, m.state).(*prometheus.GaugeVec)
-	m.refusals = register(reg, m.refusals).(*prometheus.CounterVec)
-	m.outcomes = register(reg, m.outcomes).(*prometheus.CounterVec)
-	m.validations = register(reg, m.validations).(*prometheus.CounterVec)
-	m.sweeps = register(reg, m.sweeps).(prometheus.Counter)
-	m.sweptIntent = register(reg, m.sweptIntent).(prometheus.Counter)
-	m.sweptKeys = register(reg, m.sweptKeys).(prometheus.Counter)
+	m.token = promreg.Register(reg, m.token)
+	m.epochSeen = promreg.Register(reg, m.epochSeen)
+	m.state = promreg.Register(reg, m.state)
+	m.refusals = promreg.Register(reg, m.refusals)
+	m.outcomes = promreg.Register(reg, m.outcomes)
+	m.validations = promreg.Register(reg, m.validations)
+	m.sweeps = promreg.Register(reg, m.sweeps)
+	m.sweptIntent = promreg.Register(reg, m.sweptIntent)
+	m.sweptKeys = promreg.Register(reg, m.sweptKeys)
 	for _, st := range []State{StateUnbound, StateSweeping, StateActive, StateFenced, StateOff} {
 		m.state.WithLabelValues(string(st)).Add(0) // every state is exported, 0 when empty
 	}
 	return m
-}
-
-// register registers c, or returns the collector already registered under
-// the same description (several Guards in one process share metrics).
-func register(reg prometheus.Registerer, c prometheus.Collector) prometheus.Collector {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			return are.ExistingCollector
-		}
-	}
-	return c
 }
 
 // moveState moves one Guard's count in the state gauge from one state to

@@ -1,9 +1,9 @@
 package lease
 
 import (
-	"errors"
 	"time"
 
+	"github.com/fencefs/fencefs/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -42,29 +42,17 @@ func newMetrics(reg prometheus.Registerer, name string) *metrics {
 		losses: prometheus.NewCounterVec(prometheus.CounterOpts(opts("losses_total",
 			"Leases lost (not renewed in time, or taken over).")), []string{"lease"}),
 	}
-	m.held = register(reg, m.held).(*prometheus.GaugeVec)
-	m.token = register(reg, m.token).(*prometheus.GaugeVec)
-	m.renewed = register(reg, m.renewed).(*prometheus.GaugeVec)
-	m.acquisitions = register(reg, m.acquisitions).(*prometheus.CounterVec)
-	m.renewals = register(reg, m.renewals).(*prometheus.CounterVec)
-	m.losses = register(reg, m.losses).(*prometheus.CounterVec)
+	m.held = promreg.Register(reg, m.held)
+	m.token = promreg.Register(reg, m.token)
+	m.renewed = promreg.Register(reg, m.renewed)
+	m.acquisitions = promreg.Register(reg, m.acquisitions)
+	m.renewals = promreg.Register(reg, m.renewals)
+	m.losses = promreg.Register(reg, m.losses)
 	// Exported from the start: 0 while waiting.
 	m.held.WithLabelValues(name).Set(0)
 	m.token.WithLabelValues(name).Set(0)
 	m.losses.WithLabelValues(name).Add(0)
 	return m
-}
-
-// register registers c, or returns the collector already registered under
-// the same description.
-func register(reg prometheus.Registerer, c prometheus.Collector) prometheus.Collector {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			return are.ExistingCollector
-		}
-	}
-	return c
 }
 
 func (m *metrics) acquired(how string) {

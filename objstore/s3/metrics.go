@@ -1,9 +1,9 @@
 package s3
 
 import (
-	"errors"
 	"time"
 
+	"github.com/fencefs/fencefs/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -43,25 +43,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Object bytes sent (up) and received (down).",
 		}, []string{"direction"}),
 	}
-	m.requests = register(reg, m.requests)
-	m.latency = register(reg, m.latency)
-	m.retries = register(reg, m.retries)
-	m.bytes = register(reg, m.bytes)
+	m.requests = promreg.Register(reg, m.requests)
+	m.latency = promreg.Register(reg, m.latency)
+	m.retries = promreg.Register(reg, m.retries)
+	m.bytes = promreg.Register(reg, m.bytes)
 	return m
-}
-
-// register registers c, or returns the identical collector already
-// registered (several stores may share a Registerer).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-	}
-	return c
 }
 
 func (m *metrics) request(op string, err error, d time.Duration) {

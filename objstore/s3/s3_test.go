@@ -205,12 +205,18 @@ func TestKeysThatNeedEscaping(t *testing.T) {
 	}
 }
 
-func TestMetrics(t *testing.T) {
-	gw := gateway.ForTest(t)
-	cfg := config(t, gw)
+// measuredStore is a store on a fresh bucket of the test gateway whose
+// metrics go to the returned registry.
+func measuredStore(t *testing.T) (*s3.Store, s3.Config, *prometheus.Registry) {
+	t.Helper()
+	cfg := config(t, gateway.ForTest(t))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
-	s := newStore(t, cfg)
+	return newStore(t, cfg), cfg, reg
+}
+
+func TestMetrics(t *testing.T) {
+	s, cfg, reg := measuredStore(t)
 	newStore(t, cfg) // a second store on the same registry shares the collectors
 	ctx := context.Background()
 	storetest.MustPut(t, ctx, s, "k", []byte("12345"), objstore.PutOptions{})
@@ -358,11 +364,7 @@ func TestCAFileAndAWSCABundle(t *testing.T) {
 // given the source's info sends no HEAD, and that the content is still
 // read pinned to the source ETag: a source replaced since fails the copy.
 func TestCopyWithAKnownSourceSkipsItsHeadButStaysPinned(t *testing.T) {
-	gw := gateway.ForTest(t)
-	cfg := config(t, gw)
-	reg := prometheus.NewRegistry()
-	cfg.Registerer = reg
-	s := newStore(t, cfg)
+	s, _, reg := measuredStore(t)
 	ctx := context.Background()
 	src := storetest.MustPut(t, ctx, s, "src", []byte("first"), objstore.PutOptions{Meta: map[string]string{"a": "1"}})
 	heads := func() float64 {
