@@ -61,7 +61,8 @@
 //  1. if the Guard knows of a newer epoch: ErrFenced, no round trip;
 //  2. the intent: the binding's journal names the key and base (written
 //     once per key and base; concurrent writes share one journal write;
-//     early with Prepare/PrepareBase). The journal write carries If-Match
+//     early with Prepare/PrepareBase; several coming mutations at once with
+//     Reserve, as a rename does). The journal write carries If-Match
 //     on the ETag of the Guard's previous write;
 //  3. validation: that journal write succeeding is the validation (see
 //     below; fast mode instead reads the register with If-None-Match on the
