@@ -50,6 +50,13 @@ type fileNode struct {
 	keepETag  string        // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
 	up        *streamUpload // the staged content's upload in progress (stream.go); nil if none
 	noStream  bool          // a stream was dropped: none until the next commit
+	// stageErr is why a write to the staging file failed (a full cache
+	// disk: ENOSPC): the staged content is not what the application
+	// wrote, so it is never committed. Every commit reports stageErr
+	// until the last handle is released, which discards the changes (the
+	// file shows the store's version again), or a truncate to 0 makes the
+	// content whole again.
+	stageErr error
 }
 
 var _ = (fs.InodeEmbedder)((*fileNode)(nil))
@@ -269,10 +276,24 @@ func (n *fileNode) baseLocked() fencing.Version {
 // LOCKS_REQUIRED(n.mu)
 func (n *fileNode) setCleanLocked() {
 	n.noStream = false
+	n.stageErr = nil
 	if n.dirty {
 		n.dirty = false
 		n.fsys.dirtyFiles.Add(-1)
 	}
+}
+
+// failStageLocked records a failed write to the staging file (see
+// stageErr); the node is dirty from then on, so that a commit reports it.
+// LOCKS_REQUIRED(n.mu)
+func (n *fileNode) failStageLocked(err error) {
+	if n.stageErr == nil {
+		n.stageErr = err
+		key, _ := n.key()
+		n.fsys.log.Warn("writing the staging file failed; the file's changes will not be stored",
+			"key", key, "cache_dir", n.fsys.opts.CacheDir, "err", err)
+	}
+	n.markDirtyLocked()
 }
 
 // write stores data at off in the staging file; off < 0 appends at the end
@@ -311,6 +332,11 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 	if prep {
 		n.fsys.prepare(key, base)
 	}
+	if err != nil {
+		n.mu.Lock()
+		n.failStageLocked(err)
+		n.mu.Unlock()
+	}
 	if w > 0 || err != nil {
 		n.streamWriteLocked(key, off, off+int64(w), prev, size)
 	}
@@ -333,9 +359,15 @@ func (n *fileNode) truncate(ctx context.Context, size int64) error {
 		return err
 	}
 	if err := n.stage.Truncate(size); err != nil {
+		n.mu.Lock()
+		n.failStageLocked(err)
+		n.mu.Unlock()
 		return fmt.Errorf("truncate staging file: %w", err)
 	}
 	n.mu.Lock()
+	if size == 0 {
+		n.stageErr = nil // nothing of the failed content is left
+	}
 	if n.up != nil && n.up.touches(size) {
 		n.dropStreamLocked()
 	}
@@ -378,6 +410,10 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 		n.setCleanLocked()
 		n.mu.Unlock()
 		return nil
+	}
+	if err := n.stageErr; err != nil {
+		n.mu.Unlock()
+		return fmt.Errorf("commit %s: not stored: a write to the staging file failed (%w); the file keeps its stored version once every descriptor is closed", key, err)
 	}
 	gen, size, pending := n.gen, n.size, n.pending
 	base := n.baseLocked()
