@@ -81,7 +81,8 @@ func daemonize() error {
 		return nil
 	case strings.HasPrefix(line, errorLinePrefix):
 		_ = cmd.Wait()
-		return exitError{code: exitFailure, msg: strings.TrimPrefix(line, errorLinePrefix)}
+		code, msg := parseFailLine(strings.TrimPrefix(line, errorLinePrefix))
+		return exitError{code: code, msg: msg}
 	}
 	werr := cmd.Wait()
 	if rerr == nil {
@@ -131,16 +132,28 @@ func (r *readiness) Ready(status string) {
 	_ = sdNotify(fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=%s", os.Getpid(), status))
 }
 
-// Fail tells the parent that the mount failed, with a one-line message.
-func (r *readiness) Fail(msg string) {
+// Fail tells the parent that the mount failed, with the exit status the
+// parent must return (exitUsage for configuration mistakes found by the
+// child, else exitFailure) and a one-line message.
+func (r *readiness) Fail(code int, msg string) {
 	if r.done {
 		return
 	}
 	r.done = true
 	if r.pipe != nil {
-		fmt.Fprintln(r.pipe, errorLinePrefix+oneLine(msg))
+		fmt.Fprintf(r.pipe, "%s%d %s\n", errorLinePrefix, code, oneLine(msg))
 		r.pipe.Close()
 	}
+}
+
+// parseFailLine splits what follows errorLinePrefix into the exit status
+// and the message (exitFailure when the status is missing).
+func parseFailLine(rest string) (int, string) {
+	num, msg, ok := strings.Cut(rest, " ")
+	if code, err := strconv.Atoi(num); ok && err == nil && code > 0 && code < 256 {
+		return code, msg
+	}
+	return exitFailure, rest
 }
 
 // sdNotify sends state to systemd's notification socket when NOTIFY_SOCKET is

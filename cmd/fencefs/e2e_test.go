@@ -356,6 +356,10 @@ func TestMountFailuresGiveOneClearLineAndLeaveNothingMounted(t *testing.T) {
 	dead := fmt.Sprintf("http://127.0.0.1:%d", port)
 	creds := []string{"AWS_ACCESS_KEY_ID=" + gw.AccessKey, "AWS_SECRET_ACCESS_KEY=" + gw.SecretKey, "AWS_REGION=" + gw.Region}
 	wrong := []string{"AWS_ACCESS_KEY_ID=" + gw.AccessKey, "AWS_SECRET_ACCESS_KEY=not-the-secret", "AWS_REGION=" + gw.Region}
+	badTok := filepath.Join(t.TempDir(), "epoch")
+	if err := os.WriteFile(badTok, []byte("leader-17\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name       string
 		env        []string
@@ -372,6 +376,10 @@ func TestMountFailuresGiveOneClearLineAndLeaveNothingMounted(t *testing.T) {
 		{"stale token in the foreground", creds, bucket, []string{"--foreground", "--log-file", "/dev/null", "-o", "endpoint=" + gw.Endpoint + ",token=3"}, true, []string{"cannot bind token 3"}, exitFailure},
 		{"unknown option", creds, bucket, []string{"-o", "endpoint=" + gw.Endpoint + ",speed=max"}, false, []string{"-o speed", "unknown mount option"}, exitUsage},
 		{"missing mountpoint directory", creds, bucket, []string{"-o", "endpoint=" + gw.Endpoint}, false, []string{"mountpoint", "does not exist"}, exitFailure},
+		// A bad token file is a configuration mistake (exit 2), reported
+		// before any network error could hide it, in both forms.
+		{"bad token file, unreachable endpoint", creds, bucket, []string{"-o", "endpoint=" + dead + ",token_file=" + badTok}, false, []string{"fence.token_file " + badTok, `"leader-17" is not a valid token`}, exitUsage},
+		{"missing token file in the foreground", creds, bucket, []string{"--foreground", "--log-file", "/dev/null", "-o", "endpoint=" + gw.Endpoint + ",token_file=" + badTok + ".missing"}, true, []string{"fence.token_file: cannot read " + badTok + ".missing"}, exitUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

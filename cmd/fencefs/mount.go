@@ -81,7 +81,12 @@ func runMountCmd(cmd *cobra.Command, args []string) error {
 	rd := newReadiness()
 	err = serveMount(cfg, rd)
 	if err != nil {
-		rd.Fail("fencefs: mount: " + redact(err.Error()))
+		code := exitFailure
+		var ue usageError
+		if errors.As(err, &ue) {
+			code = exitUsage
+		}
+		rd.Fail(code, "fencefs: mount: "+redact(err.Error()))
 	}
 	return err
 }
@@ -209,6 +214,12 @@ func (m *mountRun) start(ctx context.Context) error {
 	}
 	if err := os.MkdirAll(cfg.Mount.CacheDir, 0o700); err != nil {
 		return fmt.Errorf("mount.cache_dir: cannot create %s: %v", cfg.Mount.CacheDir, unwrapPath(err))
+	}
+	if cfg.Fence.TokenFile != "" && cfg.Fence.Mode != config.ModeOff && !cfg.Mount.ReadOnly {
+		// A local mistake is reported before any network error could hide it.
+		if _, err := readTokenFile(cfg.Fence.TokenFile); err != nil {
+			return err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -92,3 +92,20 @@ func TestCommitErrorsKeepsOnlyLostChanges(t *testing.T) {
 		}
 	}
 }
+
+func TestBackgroundChildsFailLineCarriesTheExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		code int
+		msg  string
+	}{
+		{"2 fencefs: mount: fence.token_file: bad", exitUsage, "fencefs: mount: fence.token_file: bad"},
+		{"1 fencefs: mount: cannot reach x", exitFailure, "fencefs: mount: cannot reach x"},
+		{"fencefs: mount: from an older child", exitFailure, "fencefs: mount: from an older child"},
+		{"0 not a failure status", exitFailure, "0 not a failure status"},
+	} {
+		if code, msg := parseFailLine(tc.line); code != tc.code || msg != tc.msg {
+			t.Errorf("parseFailLine(%q) = %d, %q; want %d, %q", tc.line, code, msg, tc.code, tc.msg)
+		}
+	}
+}
