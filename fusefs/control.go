@@ -18,6 +18,9 @@ import (
 //	user.fencefs.holder        this mount's holder id
 //	user.fencefs.epoch_holder  the holder of that epoch
 //	user.fencefs.reason        why the mount is fenced ("" otherwise)
+//	user.fencefs.dirty_files   files with changes not yet stored (what an
+//	                           unmount or kill now would have to commit or lose)
+//	user.fencefs.staging_bytes bytes held in staging files in the cache directory
 //
 // All but the token are read-only (EPERM).
 const (
@@ -27,9 +30,11 @@ const (
 	ctlHolder      = xattrControlPrefix + "holder"
 	ctlEpochHolder = xattrControlPrefix + "epoch_holder"
 	ctlReason      = xattrControlPrefix + "reason"
+	ctlDirty       = xattrControlPrefix + "dirty_files"
+	ctlStaging     = xattrControlPrefix + "staging_bytes"
 )
 
-var controlNames = []string{ctlToken, ctlEpoch, ctlState, ctlHolder, ctlEpochHolder, ctlReason}
+var controlNames = []string{ctlToken, ctlEpoch, ctlState, ctlHolder, ctlEpochHolder, ctlReason, ctlDirty, ctlStaging}
 
 // status returns the Guard's status (a read-only mount without a Guard is
 // unbound).
@@ -60,6 +65,10 @@ func (fsys *filesystem) controlGet(name string) (val []byte, ok bool, err error)
 		return []byte(st.EpochHolder), true, nil
 	case ctlReason:
 		return []byte(st.Reason), true, nil
+	case ctlDirty:
+		return formatUint(uint64(max(fsys.dirtyFiles.Load(), 0))), true, nil
+	case ctlStaging:
+		return formatUint(uint64(max(fsys.stagingBytes.Load(), 0))), true, nil
 	}
 	return nil, true, fmt.Errorf("%w: %s", errNoAttr, name)
 }

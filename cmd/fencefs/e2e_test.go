@@ -726,3 +726,43 @@ func TestMountFuse3RunsFencefsAsAnFstabHelper(t *testing.T) {
 	}
 	waitFor(t, "fencefs to exit after umount", func() bool { return len(daemonPids(bin, mnt)) == 0 })
 }
+
+// TestStatusShowsFilesNotYetStored checks the attributes an operator reads
+// before unmounting or killing a mount: a file written but not closed is a
+// dirty file with staged bytes; once closed (stored) both are 0.
+func TestStatusShowsFilesNotYetStored(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	fs := harness.Mount(t, gw, bucket, "--token", "1")
+	xattr := func(name string) string {
+		t.Helper()
+		buf := make([]byte, 64)
+		n, err := syscall.Getxattr(fs.Dir, "user.fencefs."+name, buf)
+		if err != nil {
+			t.Fatalf("getxattr %s: %v", name, err)
+		}
+		return string(buf[:n])
+	}
+	// No subprocess while the descriptor is open: exec would close its
+	// copy, which flushes (stores) the file.
+	f, err := os.OpenFile(fs.Path("pending.txt"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 5000)); err != nil {
+		t.Fatal(err)
+	}
+	if got := xattr("dirty_files"); got != "1" {
+		t.Errorf("dirty_files with a file written and open = %q, want 1", got)
+	}
+	if got := xattr("staging_bytes"); got != "5000" {
+		t.Errorf("staging_bytes = %q, want 5000", got)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := runBin(t, nil, "status", fs.Dir)
+	if st.code != 0 || !regexpMatch(`(?m)^dirty_files\s+0$`, st.stdout) || !regexpMatch(`(?m)^staging_bytes\s+0$`, st.stdout) {
+		t.Errorf("status after close: %d %q %q; want dirty_files 0 and staging_bytes 0", st.code, st.stdout, st.stderr)
+	}
+}

@@ -13,7 +13,7 @@ import (
 )
 
 // Root xattrs of a fencefs mount (DESIGN.md §3).
-var statusXattrs = []string{"state", "token", "epoch", "holder", "epoch_holder", "reason"}
+var statusXattrs = []string{"state", "token", "epoch", "holder", "epoch_holder", "reason", "dirty_files", "staging_bytes"}
 
 const xattrPrefix = "user.fencefs."
 
@@ -24,8 +24,9 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the fencing state of a mount",
 		Long: `Show the fencing state of the fencefs mount at MOUNTPOINT, read from its
 root extended attributes user.fencefs.{state,token,epoch,holder,epoch_holder,
-reason}. Exits 1 if
-MOUNTPOINT is not a fencefs mount.`,
+reason,dirty_files,staging_bytes}: dirty_files counts files whose changes are not
+stored yet (what an unmount now must commit). Exits 1 if MOUNTPOINT is not a
+fencefs mount.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mp, err := filepath.Abs(args[0])
