@@ -25,6 +25,11 @@ type Hooks struct {
 	// error aborts the sweep (and Bind) with that error, as a crash half-way
 	// through a sweep would.
 	BeforeSweepKey func(ctx context.Context, key string) error
+	// AfterMount is not called by the Guard: the fencefs binary calls it
+	// with the mountpoint once the kernel mount exists and before the
+	// mount reports ready (the window in which a signal finds a mount that
+	// may already be in use).
+	AfterMount func(ctx context.Context, mountpoint string)
 }
 
 // EnvFailpoints is the environment variable FailpointsFromEnv reads.
@@ -37,7 +42,7 @@ const EnvFailpoints = "FENCEFS_FAILPOINTS"
 // it set, rather than silently ignoring a test setting. The value is a list
 // of point=action separated by ';' or ',':
 //
-//	points:  after-intent, after-validate, before-sweep-key
+//	points:  after-intent, after-validate, before-sweep-key, after-mount
 //	actions: pause-file:PATH   wait while PATH exists (polled every 10 ms);
 //	                           a paused writer first appends the key and a
 //	                           newline to PATH.reached, so a test knows who
@@ -112,6 +117,8 @@ func ParseFailpoints(spec string) (Hooks, error) {
 			h.AfterIntent = hook
 		case "after-validate":
 			h.AfterValidate = hook
+		case "after-mount":
+			h.AfterMount = hook
 		case "before-sweep-key":
 			h.BeforeSweepKey = func(ctx context.Context, key string) error {
 				if !match(key) {
@@ -120,7 +127,7 @@ func ParseFailpoints(spec string) (Hooks, error) {
 				return wait(ctx, key)
 			}
 		default:
-			return Hooks{}, fmt.Errorf("failpoint %q: unknown point %q (after-intent, after-validate, before-sweep-key)", item, point)
+			return Hooks{}, fmt.Errorf("failpoint %q: unknown point %q (after-intent, after-validate, before-sweep-key, after-mount)", item, point)
 		}
 	}
 	return h, nil

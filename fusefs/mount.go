@@ -32,7 +32,8 @@ type FS struct {
 // Mount mounts the bucket (Options.Store under Options.Prefix) on
 // mountpoint and returns once the kernel mount is ready. The filesystem is
 // served until it is unmounted (Unmount, or fusermount -u by anyone): Wait
-// blocks until then. ctx bounds only the mounting.
+// blocks until then. ctx bounds only the mounting: once the kernel mount
+// exists (and may be in use) it is returned even if ctx ended meanwhile.
 func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	if err := opts.normalize(); err != nil {
 		return nil, err
@@ -89,10 +90,9 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	}
 	raiseKernelReadahead(mountpoint, kernelReadaheadKB, fsys.log)
 	m := &FS{fsys: fsys, server: server, mountpoint: mountpoint}
-	if err := ctx.Err(); err != nil {
-		_ = m.Unmount(context.Background())
-		return nil, err
-	}
+	// Once the kernel mount exists it may already be in use: it is
+	// returned even if ctx ended meanwhile, and the caller stops it the
+	// normal way (flush, unmount).
 	fsys.log.Info("mounted", "mountpoint", mountpoint, "prefix", opts.Prefix,
 		"state", fsys.status().State, "read_only", opts.ReadOnly)
 	return m, nil

@@ -340,6 +340,54 @@ func TestSIGTERMCommitsDirtyFileUnmountsAndExitsZero(t *testing.T) {
 	}
 }
 
+// TestSIGTERMJustAfterTheKernelMountIsANormalStop sends SIGTERM while the
+// mount process is still finishing its startup (paused by a failpoint right
+// after the kernel mount appeared) and a file is already being written
+// through the mount: the process must stop the normal way — commit, unmount,
+// exit 0 — not give up as if the mount had never happened (it used to exit
+// 1 with "interrupted", which `make test` hit once in the SIGTERM test).
+func TestSIGTERMJustAfterTheKernelMountIsANormalStop(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	pause := filepath.Join(t.TempDir(), "pause")
+	if err := os.WriteFile(pause, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
+		Env: []string{"FENCEFS_FAILPOINTS=after-mount=pause-file:" + pause}}, "--token", "3")
+	waitFor(t, "the startup to pause after the kernel mount", func() bool {
+		_, err := os.Stat(pause + ".reached")
+		return err == nil
+	})
+	body := []byte("written during startup")
+	if err := os.WriteFile(fs.Path("early.txt"), body, 0o644); err != nil {
+		t.Fatalf("write through the mount during startup: %v", err)
+	}
+	if err := fs.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fs.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("fencefs did not exit within 60s of SIGTERM; log:\n%s", fs.Log())
+	}
+	if err := fs.ExitErr(); err != nil {
+		t.Fatalf("exit after SIGTERM during startup: %v, want status 0; log:\n%s", err, fs.Log())
+	}
+	if mounted(t, fs.Dir) {
+		t.Fatalf("%s still mounted after SIGTERM", fs.Dir)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	o, err := gw.Client().GetObject(ctx, bucket, "early.txt", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(o); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("early.txt = %q, %v; want %q", got, err, body)
+	}
+}
+
 func TestMountFailuresGiveOneClearLineAndLeaveNothingMounted(t *testing.T) {
 	harness.RequireFUSE(t)
 	gw := gateway.ForTest(t)

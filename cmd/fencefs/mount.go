@@ -164,14 +164,12 @@ func serveMount(cfg *config.Config, rd *readiness) error {
 			run.stop()
 			return fmt.Errorf("interrupted by %v: %w", sig, err)
 		}
-		// The mount was completed just as the signal came: stop it the
-		// normal way.
+		// The mount was completed just as the signal came (it may already
+		// be in use): stop it the normal way, as if the signal had come
+		// a moment later.
 		waitDone := make(chan struct{})
 		go func() { run.fs.Wait(); close(waitDone) }()
-		if err := run.shutdown(waitDone); err != nil {
-			return err
-		}
-		return fmt.Errorf("interrupted by %v", sig)
+		return run.shutdown(waitDone)
 	}
 	cancelStart()
 	if err != nil {
@@ -289,6 +287,9 @@ func (m *mountRun) start(ctx context.Context) error {
 	}
 	m.fs = fs
 	m.setMounted(true)
+	if hooks, _ := fencing.FailpointsFromEnv(); hooks.AfterMount != nil {
+		hooks.AfterMount(ctx, cfg.Mount.Mountpoint) // newGuard refused a bad value
+	}
 	if cfg.Fence.Mode != config.ModeOff && cfg.Fence.RefreshInterval > 0 {
 		m.stopRefresh = refreshLoop(guard, cfg.Fence.RefreshInterval, m.log)
 	}
