@@ -815,6 +815,12 @@ func TestStatusShowsFilesNotYetStored(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if got := xattr("dirty_files"); got != "0" {
+		t.Errorf("dirty_files after close (stored) = %q, want 0", got)
+	}
+	// The staging file goes with the kernel's RELEASE, which follows
+	// close(2) asynchronously.
+	waitFor(t, "staging_bytes 0", func() bool { return xattr("staging_bytes") == "0" })
 	st := runBin(t, nil, "status", fs.Dir)
 	if st.code != 0 || !regexpMatch(`(?m)^dirty_files\s+0$`, st.stdout) || !regexpMatch(`(?m)^staging_bytes\s+0$`, st.stdout) {
 		t.Errorf("status after close: %d %q %q; want dirty_files 0 and staging_bytes 0", st.code, st.stdout, st.stderr)
