@@ -185,6 +185,13 @@ func (g *Guard) Status() Status {
 	return st
 }
 
+// CountRefusal records a mutation op refused because this Guard is fenced,
+// when the caller decided the refusal from Status without calling the Guard
+// (a filesystem refusing a write(2) up front), so that
+// fencefs_fencing_fenced_refusals_total counts every refusal. Refusals by
+// the Guard's own methods are counted by them.
+func (g *Guard) CountRefusal(op string) { g.met.refused(op) }
+
 // broadcast wakes everything waiting for a change of state.
 // LOCKS_REQUIRED(g.mu)
 func (g *Guard) broadcast() {

@@ -131,6 +131,10 @@ func (fsys *filesystem) errno(op, key string, err error) syscall.Errno {
 		return 0
 	}
 	fsys.metrics.errors(e)
+	var r refusedHere
+	if errors.As(err, &r) && fsys.guard != nil {
+		fsys.guard.CountRefusal(op)
+	}
 	level := slog.LevelWarn
 	switch e {
 	case syscall.ENOENT, syscall.ENODATA, syscall.EEXIST, syscall.ENOTEMPTY,

@@ -112,6 +112,9 @@ func (fsys *filesystem) mutctx(ctx context.Context) (context.Context, context.Ca
 // succeed: the mount is read-only, has no token, or is fenced. The Guard
 // re-checks on every mutation; this only gives the right errno early (for
 // example at open(O_WRONLY) rather than at close).
+//
+// A fenced refusal is a refusedHere: errno counts it in the Guard's refusal
+// metric (the Guard counts only the refusals it decides itself).
 func (fsys *filesystem) checkWritable() error {
 	if fsys.opts.ReadOnly || fsys.guard == nil {
 		return fmt.Errorf("%w: mounted read-only", fencing.ErrReadOnly)
@@ -121,11 +124,18 @@ func (fsys *filesystem) checkWritable() error {
 	case fencing.StateActive, fencing.StateSweeping, fencing.StateOff:
 		return nil
 	case fencing.StateFenced:
-		return fmt.Errorf("%w: %s", fencing.ErrFenced, st.Reason)
+		return refusedHere{fmt.Errorf("%w: %s", fencing.ErrFenced, st.Reason)}
 	default:
 		return fmt.Errorf("%w (state %s)", fencing.ErrReadOnly, st.State)
 	}
 }
+
+// refusedHere is a mutation refused by the filesystem because the Guard's
+// status says fenced, before the Guard was called.
+type refusedHere struct{ err error }
+
+func (r refusedHere) Error() string { return r.err.Error() }
+func (r refusedHere) Unwrap() error { return r.err }
 
 // isHidden reports whether key is the protocol directory or inside it.
 func (fsys *filesystem) isHidden(key string) bool {

@@ -562,6 +562,25 @@ func TestMetricsShowTheStateChangeWhenFenced(t *testing.T) {
 	if code != 200 || !strings.Contains(body, "state=fenced") {
 		t.Errorf("/healthz when fenced = %d %q", code, body)
 	}
+	// Once the mount knows it is fenced, the filesystem refuses an open
+	// for writing up front; that refusal counts too.
+	refusedOpens := func() int {
+		_, m := harness.Scrape(t, "http://"+addr+"/metrics")
+		for _, l := range strings.Split(m, "\n") {
+			if v, ok := strings.CutPrefix(l, `fencefs_fencing_fenced_refusals_total{op="open"} `); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+	before := refusedOpens()
+	if err := os.WriteFile(fs.Path("m.txt"), []byte("z"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write when fenced: %v, want EROFS", err)
+	}
+	if after := refusedOpens(); after != before+1 {
+		t.Errorf("fenced_refusals_total{op=open} went %d → %d; want one more for the refused open", before, after)
+	}
 }
 
 func TestTokenFileChangeRebinds(t *testing.T) {
