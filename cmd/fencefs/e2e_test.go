@@ -313,6 +313,15 @@ func TestSIGTERMCommitsDirtyFileUnmountsAndExitsZero(t *testing.T) {
 		t.Fatalf("write: %v", err)
 	}
 	// f stays open: the data is only staged, not committed.
+	sigtermWantsCleanStop(t, fs)
+	f.Close() // the mount is gone; the error does not matter
+	wantObject(t, gw, bucket, "dirty.txt", body)
+}
+
+// sigtermWantsCleanStop sends SIGTERM to fs and expects an orderly stop:
+// exit status 0 within 60 s, nothing left mounted.
+func sigtermWantsCleanStop(t *testing.T, fs *harness.FS) {
+	t.Helper()
 	if err := fs.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -321,22 +330,25 @@ func TestSIGTERMCommitsDirtyFileUnmountsAndExitsZero(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("fencefs did not exit within 60s of SIGTERM; log:\n%s", fs.Log())
 	}
-	f.Close() // the mount is gone; the error does not matter
 	if err := fs.ExitErr(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v, want status 0; log:\n%s", err, fs.Log())
 	}
 	if mounted(t, fs.Dir) {
 		t.Fatalf("%s still mounted after SIGTERM", fs.Dir)
 	}
+}
+
+// wantObject checks that the bucket holds body at key.
+func wantObject(t *testing.T, gw *gateway.Gateway, bucket, key string, body []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	o, err := gw.Client().GetObject(ctx, bucket, "dirty.txt", minio.GetObjectOptions{})
+	o, err := gw.Client().GetObject(ctx, bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := io.ReadAll(o)
-	if err != nil || !bytes.Equal(got, body) {
-		t.Fatalf("object after SIGTERM = %q, %v; want the dirty data %q committed", got, err, body)
+	if got, err := io.ReadAll(o); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("%s in the bucket = %q, %v; want %q", key, got, err, body)
 	}
 }
 
@@ -363,29 +375,8 @@ func TestSIGTERMJustAfterTheKernelMountIsANormalStop(t *testing.T) {
 	if err := os.WriteFile(fs.Path("early.txt"), body, 0o644); err != nil {
 		t.Fatalf("write through the mount during startup: %v", err)
 	}
-	if err := fs.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-fs.Done():
-	case <-time.After(60 * time.Second):
-		t.Fatalf("fencefs did not exit within 60s of SIGTERM; log:\n%s", fs.Log())
-	}
-	if err := fs.ExitErr(); err != nil {
-		t.Fatalf("exit after SIGTERM during startup: %v, want status 0; log:\n%s", err, fs.Log())
-	}
-	if mounted(t, fs.Dir) {
-		t.Fatalf("%s still mounted after SIGTERM", fs.Dir)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	o, err := gw.Client().GetObject(ctx, bucket, "early.txt", minio.GetObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := io.ReadAll(o); err != nil || !bytes.Equal(got, body) {
-		t.Fatalf("early.txt = %q, %v; want %q", got, err, body)
-	}
+	sigtermWantsCleanStop(t, fs)
+	wantObject(t, gw, bucket, "early.txt", body)
 }
 
 func TestMountFailuresGiveOneClearLineAndLeaveNothingMounted(t *testing.T) {
