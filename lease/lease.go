@@ -517,8 +517,8 @@ func (l *Lease) lose(err error) {
 		return
 	}
 	l.err = err
+	l.met.ended(true) // before Lost: whoever wakes on it sees the metrics
 	close(l.lost)
-	l.met.ended(true)
 	l.log.Info("lease lost", "reason", err)
 }
 
@@ -665,8 +665,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	case errors.Is(err, ErrLost):
 		if l.err == nil {
 			l.err = err
-			close(l.lost)
 			l.met.ended(true)
+			close(l.lost)
 		}
 		return l.err
 	}
