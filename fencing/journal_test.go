@@ -136,14 +136,7 @@ func TestConcurrentCommitsShareJournalWrites(t *testing.T) {
 	s := memstore.New()
 	a := newGuard(t, s, Config{Holder: "A"})
 	bind(t, ctx, a, 1)
-	var writes atomic.Int32
-	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
-		if ev.Op == memstore.OpPut && ev.Phase == memstore.PhaseBefore && strings.Contains(ev.Key, "/intents/") {
-			writes.Add(1)
-			time.Sleep(20 * time.Millisecond) // keep the write in flight while the others arrive
-		}
-		return nil
-	})
+	writes := countJournalWrites(s, 20*time.Millisecond) // keep each write in flight while the others arrive
 	const n = 16
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -250,13 +243,7 @@ func TestReserveWritesSeveralIntentsInOneJournalWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var writes atomic.Int32
-	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
-		if ev.Op == memstore.OpPut && ev.Phase == memstore.PhaseBefore && strings.Contains(ev.Key, "/intents/") {
-			writes.Add(1)
-		}
-		return nil
-	})
+	writes := countJournalWrites(s, 0)
 	release := a.Reserve(ctx, Intent{Key: "r/dst"}, Intent{Key: "r/src", Base: VersionOf(src)})
 	if _, err := a.Copy(ctx, "r/src", src.ETag, "r/dst", Version{}, nil); err != nil {
 		t.Fatal(err)
@@ -330,4 +317,18 @@ func TestReserveIsANoOpOutsideStrictMode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countJournalWrites counts the writes of intent objects to s from now on
+// (until s.SetHook(nil)), holding each one for delay before it applies.
+func countJournalWrites(s *memstore.Store, delay time.Duration) *atomic.Int32 {
+	var writes atomic.Int32
+	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+		if ev.Op == memstore.OpPut && ev.Phase == memstore.PhaseBefore && strings.Contains(ev.Key, "/intents/") {
+			writes.Add(1)
+			time.Sleep(delay)
+		}
+		return nil
+	})
+	return &writes
 }
