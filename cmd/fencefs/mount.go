@@ -214,7 +214,9 @@ func (m *mountRun) start(ctx context.Context) error {
 		return fmt.Errorf("mount.cache_dir: cannot create %s: %v", cfg.Mount.CacheDir, unwrapPath(err))
 	}
 	if cfg.Fence.TokenFile != "" && cfg.Fence.Mode != config.ModeOff && !cfg.Mount.ReadOnly {
-		// A local mistake is reported before any network error could hide it.
+		// A local mistake is reported before any network error could hide
+		// it. The file is read again just before binding: it may change
+		// while we connect, and the watcher only sees later changes.
 		if _, err := readTokenFile(cfg.Fence.TokenFile); err != nil {
 			return err
 		}
