@@ -67,17 +67,20 @@ type Fence struct {
 
 // Mount is the filesystem configuration (keys mount.*).
 type Mount struct {
-	Mountpoint   string // absolute path (from the MOUNTPOINT argument)
-	ReadOnly     bool
-	UID, GID     uint32
-	FileMode     os.FileMode
-	DirMode      os.FileMode
-	CacheDir     string
-	AttrTTL      time.Duration
-	EntryTTL     time.Duration
-	MetaTTL      time.Duration
-	AllowOther   bool
-	MaxDirRename int
+	Mountpoint string // absolute path (from the MOUNTPOINT argument)
+	ReadOnly   bool
+	UID, GID   uint32
+	FileMode   os.FileMode
+	DirMode    os.FileMode
+	CacheDir   string
+	AttrTTL    time.Duration
+	EntryTTL   time.Duration
+	MetaTTL    time.Duration
+	AllowOther bool
+	// DefaultPermissions has the kernel check permissions (always true
+	// with AllowOther: other users must not bypass the stored modes).
+	DefaultPermissions bool
+	MaxDirRename       int
 }
 
 // Log is the logging configuration (keys log.*).

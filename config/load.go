@@ -209,7 +209,7 @@ func (l *loader) parseOptions() (*bool, error) {
 				}
 				l.opts["config"] = optVal{name: name, value: value}
 				continue
-			case genericMountOptions[name] && name != "allow_other":
+			case genericMountOptions[name] && name != "allow_other" && name != "default_permissions":
 				continue
 			case strings.HasPrefix(name, "x-"):
 				// x-systemd.*, x-gvfs-* and other userspace-only options.
@@ -476,6 +476,7 @@ func (l *loader) build() (*Config, error) {
 	c.Mount.EntryTTL = duration("mount.entry_ttl")
 	c.Mount.MetaTTL = duration("mount.meta_ttl")
 	c.Mount.AllowOther = boolean("mount.allow_other")
+	c.Mount.DefaultPermissions = boolean("mount.default_permissions") || c.Mount.AllowOther
 	c.Mount.MaxDirRename = integer("mount.max_dir_rename")
 
 	c.Log.Level = strings.ToLower(str("log.level"))

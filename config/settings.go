@@ -118,7 +118,9 @@ var settings = []Setting{
 	{Key: "mount.meta_ttl", Option: "meta_ttl", Flag: "meta-ttl", Env: []string{"FENCEFS_MOUNT_META_TTL"}, Default: "5s", Group: GroupMount, kind: kindDuration,
 		Usage: "how long fencefs caches object metadata and listings"},
 	{Key: "mount.allow_other", Option: "allow_other", Flag: "allow-other", Env: []string{"FENCEFS_MOUNT_ALLOW_OTHER"}, Default: "false", Group: GroupMount, kind: kindBool,
-		Usage: "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)"},
+		Usage: "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root); turns on default_permissions"},
+	{Key: "mount.default_permissions", Option: "default_permissions", Flag: "default-permissions", Env: []string{"FENCEFS_MOUNT_DEFAULT_PERMISSIONS"}, Default: "false", Group: GroupMount, kind: kindBool,
+		Usage: "the kernel checks every access against the stored mode, owner and group (always on with allow_other)"},
 	{Key: "mount.max_dir_rename", Option: "max_dir_rename", Flag: "max-dir-rename", Env: []string{"FENCEFS_MOUNT_MAX_DIR_RENAME"}, Default: "1000", Group: GroupMount, kind: kindInt,
 		Usage: "largest number of objects a directory rename may copy; beyond it rename fails with EXDEV and mv copies file by file (0 = always)"},
 
@@ -166,8 +168,8 @@ func settingByOption(name string) (Setting, bool) {
 }
 
 // genericMountOptions are the options mount(8), mount.fuse3 and fstab pass to
-// every helper. They are accepted and either mapped (rw, ro, allow_other)
-// or ignored.
+// every helper. They are accepted and either mapped (rw, ro, allow_other,
+// default_permissions) or ignored.
 var genericMountOptions = map[string]bool{
 	"rw": true, "ro": true, "_netdev": true, "nofail": true, "noauto": true,
 	"auto": true, "user": true, "users": true, "nouser": true, "owner": true,

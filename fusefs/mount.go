@@ -60,6 +60,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	fopts := &fs.Options{
 		MountOptions: fuse.MountOptions{
 			AllowOther:   opts.AllowOther,
+			Options:      mountFlags(opts),
 			FsName:       opts.FsName,
 			Name:         "fencefs",
 			MaxWrite:     maxIO,
@@ -96,6 +97,16 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	fsys.log.Info("mounted", "mountpoint", mountpoint, "prefix", opts.Prefix,
 		"state", fsys.status().State, "read_only", opts.ReadOnly)
 	return m, nil
+}
+
+// mountFlags are the kernel mount options beyond go-fuse's own. Permission
+// checks are the kernel's (default_permissions, as the FUSE documentation
+// recommends for multi-user mounts) and always on with allow_other.
+func mountFlags(opts Options) []string {
+	if opts.AllowOther || opts.DefaultPermissions {
+		return []string{"default_permissions"}
+	}
+	return nil
 }
 
 // rootInfo is the root's version: the prefix's marker is not looked up (the

@@ -73,8 +73,17 @@ type Options struct {
 	// copy; beyond it rename fails with EXDEV (mv then copies file by file).
 	// 0 refuses every directory rename; negative means no limit.
 	MaxDirRename int
-	// AllowOther lets other users access the mount.
+	// AllowOther lets other users access the mount. It implies
+	// DefaultPermissions: with other users on the mount, permission checks
+	// are never off.
 	AllowOther bool
+	// DefaultPermissions mounts with the kernel's default_permissions: the
+	// kernel checks every access (open, create, unlink, rename, chmod,
+	// chown, the sticky bit …) against the mode, uid and gid that getattr
+	// reports, which are the ones stored in the object's metadata (or the
+	// mount's defaults). Without it the mounting user, the only one who can
+	// enter the mount, is not checked.
+	DefaultPermissions bool
 	// FsName is the source shown in /proc/mounts (default "fencefs"); the
 	// type is always fuse.fencefs.
 	FsName string
