@@ -7,6 +7,7 @@ BIN := bin
 export FENCEFS_BIN := $(CURDIR)/bin/fencefs
 export FENCEFS_VERSITYGW := $(CURDIR)/bin/versitygw
 export FENCEFS_FAILPOINT_BIN := $(CURDIR)/bin/fencefs-failpoints
+export FENCEFS_ETCD := $(CURDIR)/bin/etcd
 # -race on every test process; the fencefs binary mounted by end-to-end tests is a normal build.
 TESTFLAGS ?= -race
 TEST_TIMEOUT ?= 14m
@@ -32,8 +33,16 @@ $(BIN)/.versitygw-$(VERSITYGW_VERSION):
 
 $(BIN)/versitygw: $(BIN)/.versitygw-$(VERSITYGW_VERSION)
 
-## deps: what the tests need from the system (fuse3 for fusermount3), plus the gateway
-deps: $(BIN)/versitygw
+## etcd, the coordinator of the `fencefs run --etcd` tests: built from tools/etcd, a separate
+## module (the server's replace directives keep `go install` from building it; its version
+## is pinned in tools/etcd/go.mod), so the product's go.mod holds only the etcd client
+$(BIN)/etcd: tools/etcd/go.mod tools/etcd/go.sum tools/etcd/main.go
+	@mkdir -p $(BIN)
+	@echo "building etcd into bin/ from tools/etcd (first time takes about half a minute)"
+	cd tools/etcd && $(GO) build -o $(CURDIR)/$(BIN)/etcd .
+
+## deps: what the tests need from the system (fuse3 for fusermount3), plus the gateway and etcd
+deps: $(BIN)/versitygw $(BIN)/etcd
 	@if ! command -v fusermount3 >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing fuse3 (fusermount3) with apt-get"; \
