@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,6 +58,10 @@ type fileNode struct {
 	// file shows the store's version again), or a truncate to 0 makes the
 	// content whole again.
 	stageErr error
+	// dirtySince is when the node became dirty (Unix nanoseconds; 0 while
+	// clean), set with dirty; atomic so the dirty-age gauge reads it
+	// without n.mu.
+	dirtySince atomic.Int64
 }
 
 var _ = (fs.InodeEmbedder)((*fileNode)(nil))
@@ -237,6 +242,7 @@ func (n *fileNode) markDirtyLocked() bool {
 		return false
 	}
 	n.dirty = true
+	n.dirtySince.Store(time.Now().UnixNano())
 	n.fsys.dirtyFiles.Add(1)
 	n.fsys.track(n)
 	return !n.unlinked
@@ -279,6 +285,7 @@ func (n *fileNode) setCleanLocked() {
 	n.stageErr = nil
 	if n.dirty {
 		n.dirty = false
+		n.dirtySince.Store(0)
 		n.fsys.dirtyFiles.Add(-1)
 	}
 }

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"errors"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -49,8 +50,30 @@ func newMetrics(fsys *filesystem) *metrics {
 			Namespace: "fencefs", Subsystem: "fuse", Name: "staging_bytes",
 			Help: "Bytes held in local staging files.",
 		}, func() float64 { return float64(fsys.stagingBytes.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "fencefs", Subsystem: "fuse", Name: "oldest_dirty_age_seconds",
+			Help: "Age of the oldest local change not yet committed to the bucket (0 when nothing is dirty): what a crash now would lose the most of.",
+		}, func() float64 { return fsys.oldestDirtyAge(time.Now()).Seconds() }),
 	}
 	return m
+}
+
+// oldestDirtyAge is how long before now the longest-dirty file became
+// dirty, 0 when no file is dirty. Dirty nodes are always tracked
+// (markDirtyLocked), so the staged set holds every one of them.
+func (fsys *filesystem) oldestDirtyAge(now time.Time) time.Duration {
+	fsys.nodesMu.Lock()
+	defer fsys.nodesMu.Unlock()
+	var oldest int64
+	for n := range fsys.staged {
+		if since := n.dirtySince.Load(); since != 0 && (oldest == 0 || since < oldest) {
+			oldest = since
+		}
+	}
+	if oldest == 0 {
+		return 0
+	}
+	return max(now.Sub(time.Unix(0, oldest)), 0)
 }
 
 // register adds the metrics to r (nil: none).

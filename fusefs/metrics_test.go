@@ -1,0 +1,83 @@
+package fusefs
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestOldestDirtyAgeIsTheAgeOfTheOldestUncommittedChange follows the gauge
+// fencefs_fuse_oldest_dirty_age_seconds (the alert "dirty data older than N
+// minutes" reads it) through files becoming dirty and being committed.
+func TestOldestDirtyAgeIsTheAgeOfTheOldestUncommittedChange(t *testing.T) {
+	fsys := newFilesystem(Options{}, t.TempDir())
+	a := newFileNode(fsys, objstore.ObjectInfo{Key: "a"})
+	b := newFileNode(fsys, objstore.ObjectInfo{Key: "b"})
+	mark := func(n *fileNode) func() {
+		return func() { n.mu.Lock(); n.markDirtyLocked(); n.mu.Unlock() }
+	}
+	clean := func(n *fileNode) func() {
+		return func() { n.mu.Lock(); n.setCleanLocked(); n.mu.Unlock() }
+	}
+	since := func(n *fileNode) time.Time { return time.Unix(0, n.dirtySince.Load()) }
+	hour := time.Hour
+	for _, step := range []struct {
+		name string
+		do   func()
+		// want is the age at now = the reference node's dirty time + 1h
+		// (nil reference: nothing is dirty, want 0).
+		ref *fileNode
+	}{
+		{"nothing dirty", func() {}, nil},
+		{"a becomes dirty", mark(a), a},
+		{"b becomes dirty later: a is still the oldest", func() { time.Sleep(2 * time.Millisecond); mark(b)() }, a},
+		{"a changes again: its age does not restart", mark(a), a},
+		{"a committed: b is the oldest", clean(a), b},
+		{"b committed: nothing dirty", clean(b), nil},
+	} {
+		step.do()
+		now := time.Now()
+		want := time.Duration(0)
+		if step.ref != nil {
+			now = since(step.ref).Add(hour)
+			want = hour
+		}
+		if got := fsys.oldestDirtyAge(now); got != want {
+			t.Errorf("%s: oldestDirtyAge = %v, want %v", step.name, got, want)
+		}
+	}
+
+	// The gauge is registered under its documented name and reads the
+	// wall clock.
+	reg := prometheus.NewRegistry()
+	if err := fsys.metrics.register(reg); err != nil {
+		t.Fatal(err)
+	}
+	if got := gaugeValue(t, reg, "fencefs_fuse_oldest_dirty_age_seconds"); got != 0 {
+		t.Errorf("nothing dirty: gauge = %v, want 0", got)
+	}
+	mark(a)()
+	a.dirtySince.Store(time.Now().Add(-10 * time.Minute).UnixNano())
+	if got := gaugeValue(t, reg, "fencefs_fuse_oldest_dirty_age_seconds"); got < 600 || got > 3600 {
+		t.Errorf("a file dirty for 10 minutes: gauge = %v, want about 600", got)
+	}
+}
+
+// gaugeValue is the value of reg's single sample of the gauge name; the
+// test fails if there is none.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s is not exported as one sample", name)
+	return 0
+}
