@@ -35,7 +35,15 @@ const maxBindAttempts = 64
 //
 // Binding the token the Guard is already active with is a no-op. Bind waits
 // for the mutations in flight to finish first; meanwhile new mutations wait.
+// Every call counts in fencefs_fencing_binds_total by result.
 func (g *Guard) Bind(ctx context.Context, token uint64) (uint64, error) {
+	n, err := g.bindOnce(ctx, token)
+	g.met.bound(err)
+	return n, err
+}
+
+// bindOnce is Bind without the metric.
+func (g *Guard) bindOnce(ctx context.Context, token uint64) (uint64, error) {
 	if g.cfg.Mode == ModeOff {
 		return 0, fmt.Errorf("%w: fencing is off (fence.mode=off): tokens are not used", ErrBadToken)
 	}

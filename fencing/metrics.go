@@ -1,6 +1,8 @@
 package fencing
 
 import (
+	"errors"
+
 	"github.com/fencefs/fencefs/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,6 +16,7 @@ type metrics struct {
 	refusals    *prometheus.CounterVec // fenced refusals by op
 	outcomes    *prometheus.CounterVec // commit outcomes by op and outcome
 	validations *prometheus.CounterVec // by result
+	binds       *prometheus.CounterVec // Bind calls by result
 	sweeps      prometheus.Counter
 	sweptIntent prometheus.Counter
 	sweptKeys   prometheus.Counter
@@ -36,6 +39,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "commit_outcomes_total", Help: "Outcomes of conditional commits, by operation and outcome."}, []string{"op", "outcome"}),
 		validations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
 			Name: "validations_total", Help: "Register validations, by result (not_modified, changed, fenced, error)."}, []string{"result"}),
+		binds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "binds_total", Help: "Token binds (at mount, by the token xattr or file, by fencefs run), by result (ok, bad_token, fenced, error)."}, []string{"result"}),
 		sweeps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
 			Name: "sweeps_total", Help: "Takeover sweeps completed."}),
 		sweptIntent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
@@ -49,11 +54,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.refusals = promreg.Register(reg, m.refusals)
 	m.outcomes = promreg.Register(reg, m.outcomes)
 	m.validations = promreg.Register(reg, m.validations)
+	m.binds = promreg.Register(reg, m.binds)
 	m.sweeps = promreg.Register(reg, m.sweeps)
 	m.sweptIntent = promreg.Register(reg, m.sweptIntent)
 	m.sweptKeys = promreg.Register(reg, m.sweptKeys)
 	for _, st := range []State{StateUnbound, StateSweeping, StateActive, StateFenced, StateOff} {
 		m.state.WithLabelValues(string(st)).Add(0) // every state is exported, 0 when empty
+	}
+	for _, r := range []string{"ok", "bad_token", "fenced", "error"} {
+		m.binds.WithLabelValues(r).Add(0) // an alert on failures sees 0 before the first
 	}
 	return m
 }
@@ -93,6 +102,23 @@ func (m *metrics) outcome(op, outcome string) {
 	if m != nil {
 		m.outcomes.WithLabelValues(op, outcome).Inc()
 	}
+}
+
+// bound counts one Bind by its error's class.
+func (m *metrics) bound(err error) {
+	if m == nil {
+		return
+	}
+	result := "error"
+	switch {
+	case err == nil:
+		result = "ok"
+	case errors.Is(err, ErrBadToken):
+		result = "bad_token"
+	case errors.Is(err, ErrFenced):
+		result = "fenced"
+	}
+	m.binds.WithLabelValues(result).Inc()
 }
 
 func (m *metrics) validation(result string) {
