@@ -7,6 +7,7 @@ BIN := bin
 export FENCEFS_BIN := $(CURDIR)/bin/fencefs
 export FENCEFS_VERSITYGW := $(CURDIR)/bin/versitygw
 export FENCEFS_FAILPOINT_BIN := $(CURDIR)/bin/fencefs-failpoints
+export FENCEFS_DEMO_BIN := $(CURDIR)/bin/fencefs-demo
 export FENCEFS_ETCD := $(CURDIR)/bin/etcd
 # -race on every test process; the fencefs binary mounted by end-to-end tests is a normal build.
 TESTFLAGS ?= -race
@@ -52,7 +53,7 @@ deps: $(BIN)/versitygw $(BIN)/etcd
 	  fi; \
 	fi
 
-## run: build, start a local S3 server, mount a fenced bucket at ./mnt, show it working (Ctrl-C stops all)
+## run: build, start a local S3 server, show a takeover with two mounts (./mnt, ./mnt-b), leave them up (Ctrl-C stops all)
 run: build $(BIN)/versitygw
 	@command -v fusermount3 >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
 	$(BIN)/fencefs-demo --bin $(BIN)/fencefs --gateway $(BIN)/versitygw --state .run --mountpoint mnt

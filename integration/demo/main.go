@@ -1,28 +1,30 @@
-// Command fencefs-demo is what `make run` runs: it starts a local Versity S3
+// Command fencefs-demo is what `make run` runs. It starts a local Versity S3
 // gateway on a free loopback port (data under --state), creates the bucket
-// "demo", mounts it with fencefs at --mountpoint with a fresh fencing token,
-// checks that a file written through the mount is an object in the bucket,
-// and prints what to try next. Ctrl-C (or SIGTERM) flushes and unmounts the
-// mount, then stops the gateway; nothing is left mounted or running. Running
-// it again reuses the data: the register keeps its epoch, so the new mount
-// takes the next token ("auto").
+// "demo", and tells the takeover story with two real fencefs mounts: leader
+// A (at --mountpoint, token 17) writes; an application on A holds a file
+// written but not closed; A freezes (SIGSTOP); leader B (at
+// <mountpoint>-b) takes over with token 18 and writes the same file; A
+// wakes (SIGCONT), the application's close(2) fails with EROFS, and a plain
+// S3 client shows that the bucket holds B's bytes.
+//
+// Then it leaves both mounts up and prints what to try; Ctrl-C (or SIGTERM)
+// flushes and unmounts both and stops the gateway, so nothing is left
+// mounted or running. With --once it does that right after the story, and
+// exits 1 if the story did not go as told. Running it again reuses the
+// data: the bucket's epoch is then already 18 or more, and A and B take
+// the next two epochs (read with `fencefs epoch show`).
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/moby/sys/mountinfo"
 
 	"github.com/fencefs/fencefs/integration/gateway"
 	"github.com/minio/minio-go/v7"
@@ -34,41 +36,58 @@ const (
 	secretKey = "fencefs-demo-secret-key"
 )
 
+// options are the demo's flags, with absolute paths.
+type options struct {
+	bin, gateway, state, mnt string
+	once                     bool
+}
+
 func main() {
-	bin := flag.String("bin", "bin/fencefs", "fencefs binary")
-	gw := flag.String("gateway", "bin/versitygw", "versitygw binary")
-	state := flag.String("state", ".run", "directory for the gateway's data, the cache and logs")
-	mnt := flag.String("mountpoint", "mnt", "where to mount the bucket")
+	var o options
+	flag.StringVar(&o.bin, "bin", "bin/fencefs", "fencefs binary")
+	flag.StringVar(&o.gateway, "gateway", "bin/versitygw", "versitygw binary")
+	flag.StringVar(&o.state, "state", ".run", "directory for the gateway's data, the caches and the logs")
+	flag.StringVar(&o.mnt, "mountpoint", "mnt", "where leader A mounts the bucket; leader B mounts at <mountpoint>-b")
+	flag.BoolVar(&o.once, "once", false, "stop everything right after the story instead of waiting for Ctrl-C")
+	hold := flag.String("app-hold", "", "internal: run as the story's application, holding this file open")
+	text := flag.String("app-text", "", "internal: what the application writes")
 	flag.Parse()
-	if err := run(*bin, *gw, *state, *mnt); err != nil {
+	if *hold != "" {
+		os.Exit(runApp(*hold, *text))
+	}
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "fencefs-demo: unexpected argument %q (flags only; see -h)\n", flag.Arg(0))
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fencefs-demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, gwBin, state, mnt string) error {
+func run(o options) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-
-	for _, p := range []*string{&bin, &gwBin, &state, &mnt} {
+	for _, p := range []*string{&o.bin, &o.gateway, &o.state, &o.mnt} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			return err
 		}
 		*p = abs
 	}
-	// A previous run killed hard may have left a dead mount: clear it.
-	_ = exec.Command("fusermount3", "-uz", mnt).Run()
-	for _, d := range []string{state, mnt, filepath.Join(state, "cache")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
+	for _, p := range []string{o.bin, o.gateway} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%v (run `make build bin/versitygw` first)", err)
 		}
+	}
+	if err := os.MkdirAll(o.state, 0o755); err != nil {
+		return err
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	g, err := gateway.Start(ctx, gateway.Options{
-		Bin: gwBin, Dir: filepath.Join(state, "gateway"), AccessKey: accessKey, SecretKey: secretKey,
+		Bin: o.gateway, Dir: filepath.Join(o.state, "gateway"), AccessKey: accessKey, SecretKey: secretKey,
 	})
 	if err != nil {
 		return fmt.Errorf("starting the S3 gateway: %w", err)
@@ -79,68 +98,33 @@ func run(bin, gwBin, state, mnt string) error {
 		}
 		fmt.Println("gateway stopped.")
 	}()
-	fmt.Printf("S3 gateway (versitygw %s) serving at %s, data in %s\n", gateway.PinnedVersion, g.Endpoint, g.Dir)
-
+	fmt.Printf("S3 gateway (versitygw %s) serving at %s, data in %s\n", gateway.PinnedVersion, g.Endpoint, rel(g.Dir))
 	if err := g.CreateBucket(ctx, bucket); err != nil && !isAlreadyOwned(err) {
 		return fmt.Errorf("creating bucket %q: %w", bucket, err)
 	}
-	envFile := filepath.Join(state, "env")
-	env := strings.Join(g.Env(), "\n") + "\n"
-	if err := os.WriteFile(envFile, []byte(env), 0o600); err != nil {
+	envFile := filepath.Join(o.state, "env")
+	if err := os.WriteFile(envFile, []byte(strings.Join(g.Env(), "\n")+"\n"), 0o600); err != nil {
 		return err
 	}
 
-	logPath := filepath.Join(state, "mount.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	cmd := exec.Command(bin, "mount", bucket, mnt, "--foreground", "--endpoint", g.Endpoint,
-		"--token", "auto", "--holder", "demo-a", "--cache-dir", filepath.Join(state, "cache"))
-	cmd.Env = append(os.Environ(), g.Env()...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Own process group: a terminal Ctrl-C reaches only us, and we stop the
-	// mount first, then the gateway, in that order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stopMount := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-done:
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "fencefs exited: %v (log: %s)\n", err, logPath)
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+	s := &story{bin: o.bin, gw: g, state: o.state, mntA: o.mnt, mntB: o.mnt + "-b", sig: sig}
+	defer s.cleanup()
+	if err := s.tell(); err != nil {
+		if err == errInterrupted {
+			fmt.Println("\ninterrupted: cleaning up …")
+			return nil
 		}
-		_ = exec.Command("fusermount3", "-u", mnt).Run()
-		fmt.Println("unmounted", mnt)
+		return err
 	}
-
-	if err := waitMounted(mnt, done, 30*time.Second); err != nil {
-		log, _ := os.ReadFile(logPath)
-		_ = exec.Command("fusermount3", "-uz", mnt).Run()
-		return fmt.Errorf("%w\n--- %s ---\n%s", err, logPath, log)
+	if o.once {
+		return nil
 	}
-	defer stopMount()
-
-	if err := selfCheck(g, mnt); err != nil {
-		fmt.Fprintln(os.Stderr, "self-check FAILED:", err)
-	}
-	printTour(bin, mnt, envFile, logPath)
-
+	printTour(o.bin, s, envFile)
 	select {
 	case <-sig:
 		fmt.Println("\nstopping: flushing and unmounting …")
-	case err := <-done:
-		done <- err // for stopMount
-		fmt.Fprintf(os.Stderr, "fencefs exited unexpectedly: %v (log: %s)\n", err, logPath)
+	case <-s.anyMountExited():
+		fmt.Fprintln(os.Stderr, "a fencefs mount exited unexpectedly; see its log; cleaning up")
 	}
 	return nil
 }
@@ -150,78 +134,36 @@ func isAlreadyOwned(err error) bool {
 	return code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists"
 }
 
-func waitMounted(mnt string, done chan error, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(mnt))
-		if err != nil {
-			return err
-		}
-		if len(mounts) > 0 {
-			return nil
-		}
-		select {
-		case err := <-done:
-			done <- err
-			return fmt.Errorf("fencefs exited before the mount was ready: %v", err)
-		case <-time.After(50 * time.Millisecond):
+// rel shows p relative to the working directory when it is below it.
+func rel(p string) string {
+	if wd, err := os.Getwd(); err == nil {
+		if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+			return "./" + r
 		}
 	}
-	return errors.New("mount not ready in time")
+	return p
 }
 
-// selfCheck writes a file through the mount and reads it back as an object
-// with a plain S3 client, showing the stamp fencefs put on it.
-func selfCheck(g *gateway.Gateway, mnt string) error {
-	body := fmt.Sprintf("hello from fencefs at %s\n", time.Now().Format(time.RFC3339))
-	if err := os.WriteFile(filepath.Join(mnt, "hello.txt"), []byte(body), 0o644); err != nil {
-		return fmt.Errorf("write through the mount: %w", err)
+func printTour(bin string, s *story, envFile string) {
+	b, a, m := rel(bin), rel(s.mntA), rel(s.mntB)
+	tries := [][2]string{
+		{"cat " + m + "/" + reportName + " " + a + "/" + reportName, "B's report, on both: readers are never fenced"},
+		{"echo more > " + a + "/a.txt", "A is fenced: Read-only file system"},
+		{"echo more > " + m + "/a.txt", "B is the leader: it lands"},
+		{"cat " + a + "/a.txt", "a second later, A reads B's file too"},
+		{b + " status " + a, "state fenced, and why (the root xattrs)"},
+		{b + " status " + m, fmt.Sprintf("state active, token %d", s.tokenB)},
+		{"set -a; . " + rel(envFile) + "; set +a", "credentials + endpoint for the CLI"},
+		{b + " epoch show " + bucket, "the bucket's epoch register"},
+		{b + " epoch raise " + bucket + " auto", "a third leader: now B is fenced too"},
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	o, err := g.Client().GetObject(ctx, bucket, "hello.txt", minio.GetObjectOptions{})
-	if err != nil {
-		return err
+	width := 0
+	for _, t := range tries {
+		width = max(width, len(t[0]))
 	}
-	defer o.Close()
-	got, err := io.ReadAll(o)
-	if err != nil {
-		return fmt.Errorf("read the object back: %w", err)
+	fmt.Printf("\nBoth mounts stay up: A at %s (fenced), B at %s (the leader). In another terminal, try:\n\n", a, m)
+	for _, t := range tries {
+		fmt.Printf("  %-*s   # %s\n", width, t[0], t[1])
 	}
-	if string(got) != body {
-		return fmt.Errorf("object hello.txt holds %q, want %q", got, body)
-	}
-	st, _ := o.Stat()
-	fmt.Printf("\n✔ wrote %s/hello.txt through the mount; the bucket now has object %q (%d bytes, stamped epoch %s by holder %s)\n",
-		mnt, "hello.txt", len(got), st.UserMetadata["Fencefs-Epoch"], st.UserMetadata["Fencefs-Holder"])
-	return nil
-}
-
-func printTour(bin, mnt, envFile, logPath string) {
-	rel := func(p string) string {
-		if wd, err := os.Getwd(); err == nil {
-			if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
-				return "./" + r
-			}
-		}
-		return p
-	}
-	b, m, e := rel(bin), rel(mnt), rel(envFile)
-	fmt.Printf(`
-fencefs is mounted at %[2]s (bucket "demo", log in %[4]s). In another terminal, try:
-
-  echo hi > %[2]s/a.txt && cat %[2]s/a.txt          # a file is an object
-  %[1]s status %[2]s                            # token, bucket epoch, state, holder (root xattrs)
-  set -a; . %[3]s; set +a                            # credentials + endpoint for the CLI
-  %[1]s epoch show demo                        # the bucket's epoch register
-
-  # a new leader takes over: mount the bucket again with a higher token …
-  mkdir -p /tmp/mnt-b && %[1]s mount demo /tmp/mnt-b --token auto --holder demo-b
-  #   … or just raise the epoch from a script:  %[1]s epoch raise demo auto
-  echo stale > %[2]s/a.txt                           # the old leader is refused: Read-only file system
-  %[1]s status %[2]s                            # state fenced, and why
-  fusermount3 -u /tmp/mnt-b                          # when done with the second mount
-
-Press Ctrl-C here to flush, unmount and stop the server.
-`, b, m, e, rel(logPath))
+	fmt.Printf("\nLogs: %s, %s. Press Ctrl-C here to flush, unmount both and stop the server.\n", rel(s.a.logPath), rel(s.b.logPath))
 }
