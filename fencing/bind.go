@@ -14,8 +14,8 @@ import (
 // maxBindAttempts bounds the read-decide-CAS loop of one Bind.
 const maxBindAttempts = 64
 
-// Bind binds the Guard to a fencing token and makes it active (DESIGN.md §3,
-// "Binding token N"): it reserves the epoch (create-once epochs/N), raises
+// Bind binds the Guard to a fencing token and makes it active
+// (docs/DESIGN.md §5): it reserves the epoch (create-once epochs/N), raises
 // the register to it with a compare-and-swap, runs the takeover sweep over
 // every older epoch's intents, and only then admits mutations. token 0
 // means auto: the register issues one above the newest epoch seen.

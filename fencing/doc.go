@@ -1,8 +1,9 @@
 // Package fencing is fencefs's single door for mutations of the bucket: it
 // binds a fencing token (a leader epoch), fences writers whose epoch is
 // older, and makes every Put, Copy and Delete conditional on both the
-// object's base version and a validated epoch. The protocol is DESIGN.md
-// §3; this documentation states what it guarantees and how.
+// object's base version and a validated epoch. docs/DESIGN.md §4–§9
+// describes the protocol and its argument; this documentation states what
+// it guarantees and how.
 //
 // # Objects
 //

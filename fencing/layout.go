@@ -17,7 +17,7 @@ import (
 // format-1 binder would sweep without sealing, so it must refuse them.
 const FormatVersion = 2
 
-// Protocol key layout under <domain>.fencefs/ (see DESIGN.md §3).
+// Protocol key layout under <domain>.fencefs/ (see docs/DESIGN.md §4).
 const (
 	registerName = "epoch"
 	epochsDir    = "epochs/"

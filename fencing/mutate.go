@@ -152,7 +152,7 @@ func (g *Guard) Delete(ctx context.Context, key string, base Version) error {
 	return err
 }
 
-// run is the protocol of one mutation (DESIGN.md §3, "Every mutation"):
+// run is the protocol of one mutation (docs/DESIGN.md §7, "Every mutation"):
 // intent (strict), validation (strict, fast), conditional commit, outcome
 // resolution, retries.
 func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objstore.ObjectInfo, error) {

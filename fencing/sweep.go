@@ -28,7 +28,7 @@ type sweepTarget struct {
 	bases map[string]bool
 }
 
-// sweep is step 4 of binding (DESIGN.md §3): every key named by an intent of
+// sweep is step 6 of binding (docs/DESIGN.md §8): every key named by an intent of
 // an older epoch (or of an earlier instance of this epoch) gets an ETag no
 // older writer can hold, or a tombstone if absent; then those intents are
 // deleted and a completion marker is written.

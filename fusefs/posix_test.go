@@ -17,7 +17,7 @@ var posixExcluded = map[string]string{
 	// all (meta.go); the case sets one of 8 KiB and expects E2BIG or success.
 	"XAttrLarge": "an 8 KiB xattr exceeds the 2 KiB of S3 user metadata (E2BIG by design)",
 	"Tmpfile":    "O_TMPFILE is not supported: an unnamed file has no key to be stored under",
-	// Locks are the kernel's own (local to the mount, DESIGN.md §4), with
+	// Locks are the kernel's own (local to the mount, docs/DESIGN.md §3), with
 	// POSIX semantics: two descriptors of one process never conflict. The
 	// case expects a filesystem that implements locks per descriptor.
 	"FcntlFlockLocksFile": "needs filesystem-implemented per-descriptor locks; fencefs leaves locking to the kernel",

@@ -34,7 +34,7 @@ func writeClose(path string, flags int, data []byte) error {
 }
 
 // objectState is what a plain S3 client sees at a key. A fencefs tombstone
-// (a deleted key, see DESIGN.md) counts as absent.
+// (a deleted key, see docs/DESIGN.md §9) counts as absent.
 type objectState struct {
 	exists    bool
 	tombstone bool

@@ -153,7 +153,7 @@ func (c Capabilities) NeedsTombstoneDeletes() bool { return !c.ConditionalDelete
 const ProbeDir = ".fencefs/probe/"
 
 // Probe checks on scratch keys under prefix + ProbeDir + "<random>/" which
-// conditional operations store really honours (DESIGN.md §3), and removes
+// conditional operations store really honours (docs/DESIGN.md §6), and removes
 // its scratch keys (and any incomplete upload under them) before returning,
 // also on failure. It never returns an error: a check that cannot run is
 // reported failed with a reason, and Capabilities.Err tells why the probe

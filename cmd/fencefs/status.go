@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Root xattrs of a fencefs mount (DESIGN.md §3).
+// Root xattrs of a fencefs mount (docs/DESIGN.md §13).
 var statusXattrs = []string{"state", "token", "epoch", "holder", "epoch_holder", "reason", "dirty_files", "staging_bytes"}
 
 const xattrPrefix = "user.fencefs."
