@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 )
 
 // metrics are the filesystem's Prometheus metrics. The zero value (no
@@ -54,8 +55,26 @@ func newMetrics(fsys *filesystem) *metrics {
 			Namespace: "fencefs", Subsystem: "fuse", Name: "oldest_dirty_age_seconds",
 			Help: "Age of the oldest local change not yet committed to the bucket (0 when nothing is dirty): what a crash now would lose the most of.",
 		}, func() float64 { return fsys.oldestDirtyAge(time.Now()).Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "fencefs", Subsystem: "fuse", Name: "staging_fs_avail_bytes",
+			Help: "Bytes available on the file system holding the staging files (the cache directory); 0 if it cannot be read.",
+		}, func() float64 { avail, _ := fsys.stagingFS(); return avail }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "fencefs", Subsystem: "fuse", Name: "staging_fs_size_bytes",
+			Help: "Size of the file system holding the staging files (the cache directory); 0 if it cannot be read.",
+		}, func() float64 { _, size := fsys.stagingFS(); return size }),
 	}
 	return m
+}
+
+// stagingFS is the space available (to unprivileged users) and the size
+// of the file system of the staging directory, 0 and 0 if statfs fails.
+func (fsys *filesystem) stagingFS() (avail, size float64) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(fsys.stageDir, &st); err != nil {
+		return 0, 0
+	}
+	return float64(st.Bavail) * float64(st.Bsize), float64(st.Blocks) * float64(st.Bsize)
 }
 
 // oldestDirtyAge is how long before now the longest-dirty file became

@@ -1,11 +1,13 @@
 package fusefs
 
 import (
+	"os"
 	"testing"
 	"time"
 
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 )
 
 // TestOldestDirtyAgeIsTheAgeOfTheOldestUncommittedChange follows the gauge
@@ -80,4 +82,36 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("%s is not exported as one sample", name)
 	return 0
+}
+
+// TestStagingFSGaugesShowTheCacheDirectorysFileSystem: the staging disk
+// alert divides staging_fs_avail_bytes by staging_fs_size_bytes; both come
+// from statfs of the staging directory, and read 0 once it is gone.
+func TestStagingFSGaugesShowTheCacheDirectorysFileSystem(t *testing.T) {
+	dir := t.TempDir()
+	fsys := newFilesystem(Options{}, dir)
+	reg := prometheus.NewRegistry()
+	if err := fsys.metrics.register(reg); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	avail := gaugeValue(t, reg, "fencefs_fuse_staging_fs_avail_bytes")
+	size := gaugeValue(t, reg, "fencefs_fuse_staging_fs_size_bytes")
+	if want := float64(st.Blocks) * float64(st.Bsize); size != want {
+		t.Errorf("staging_fs_size_bytes = %v, want %v (statfs)", size, want)
+	}
+	if avail <= 0 || avail > size {
+		t.Errorf("staging_fs_avail_bytes = %v, want in (0, %v]", avail, size)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"fencefs_fuse_staging_fs_avail_bytes", "fencefs_fuse_staging_fs_size_bytes"} {
+		if got := gaugeValue(t, reg, name); got != 0 {
+			t.Errorf("staging directory gone: %s = %v, want 0", name, got)
+		}
+	}
 }
