@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The story's application runs in a process of its own (this binary, run
@@ -38,28 +40,13 @@ func runApp(path, text string) int {
 		var errno syscall.Errno
 		name := "EIO"
 		if errors.As(err, &errno) {
-			name = errnoName(errno)
+			name = unix.ErrnoName(errno)
 		}
 		fmt.Printf("close %s: %v\n", name, err)
 		return 0
 	}
 	fmt.Println("close ok")
 	return 0
-}
-
-// errnoName is the symbolic name of the errnos the story can meet.
-func errnoName(e syscall.Errno) string {
-	switch e {
-	case syscall.EROFS:
-		return "EROFS"
-	case syscall.EIO:
-		return "EIO"
-	case syscall.ESTALE:
-		return "ESTALE"
-	case syscall.ENOSPC:
-		return "ENOSPC"
-	}
-	return fmt.Sprintf("errno %d", int(e))
 }
 
 // app is a running application process.
@@ -87,6 +74,9 @@ func startApp(path, text string) (*app, error) {
 		return nil, err
 	}
 	cmd.Stderr = os.Stderr
+	// Its own process group, like the mounts: a terminal Ctrl-C reaches only
+	// the demo, which ends the application in order (after thawing A).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
