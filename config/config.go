@@ -63,6 +63,7 @@ type Fence struct {
 	Holder                string
 	SignedRequestValidity time.Duration
 	RefreshInterval       time.Duration // 0 = no periodic refresh
+	ReapTombstones        string        // ReapAuto, ReapAlways or ReapOff
 }
 
 // Mount is the filesystem configuration (keys mount.*).
@@ -103,6 +104,12 @@ const (
 
 	DomainBucket = "bucket"
 	DomainPrefix = "prefix"
+
+	// fence.reap_tombstones
+	ReapAuto   = "auto"
+	ReapAlways = "always"
+	// ReapOff is "off", as ModeOff.
+	ReapOff = "off"
 
 	TokenAuto = "auto"
 )
@@ -243,6 +250,11 @@ func (c *Config) Validate(requireMount bool) error {
 	case ModeStrict, ModeFast, ModeOff:
 	default:
 		return keyErr("fence.mode", "%q is not a fencing mode (accepted: strict, fast, off)", c.Fence.Mode)
+	}
+	switch c.Fence.ReapTombstones {
+	case "", ReapAuto, ReapAlways, ReapOff: // "": a Config built in code, auto
+	default:
+		return keyErr("fence.reap_tombstones", "%q is not a reaping choice (accepted: auto, always, off)", c.Fence.ReapTombstones)
 	}
 	switch c.Fence.Domain {
 	case DomainBucket:

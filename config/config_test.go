@@ -168,6 +168,7 @@ func TestLoadErrorsNameTheKeyAndAcceptedValues(t *testing.T) {
 		{"bad mode from env", invocation{env: []string{"FENCEFS_FENCE_MODE=paranoid"}}, []string{"fence.mode ($FENCEFS_FENCE_MODE)", "strict, fast, off"}},
 		{"bad mode from file", invocation{file: "fence:\n  mode: paranoid\n"}, []string{"fence.mode (in ", "strict, fast, off"}},
 		{"bad domain", invocation{args: []string{"--fence-domain", "dir"}}, []string{"fence.domain", "bucket, prefix"}},
+		{"bad tombstone reaping", invocation{args: []string{"--reap-tombstones", "sometimes"}}, []string{"fence.reap_tombstones (--reap-tombstones)", `"sometimes"`, "auto, always, off"}},
 		{"prefix domain without prefix", invocation{args: []string{"--fence-domain", "prefix"}}, []string{"fence.domain", "needs a mount prefix"}},
 		{"zero token", invocation{args: []string{"--token", "0"}}, []string{"fence.token (--token)", "decimal number >= 1, or auto"}},
 		{"negative token", invocation{args: []string{"-o", "token=-3"}}, []string{"fence.token (-o token)", "decimal number >= 1"}},

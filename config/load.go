@@ -462,6 +462,7 @@ func (l *loader) build() (*Config, error) {
 	c.Fence.Holder = str("fence.holder")
 	c.Fence.SignedRequestValidity = duration("fence.signed_request_validity")
 	c.Fence.RefreshInterval = duration("fence.refresh_interval")
+	c.Fence.ReapTombstones = strings.ToLower(str("fence.reap_tombstones"))
 
 	c.Mount.ReadOnly = boolean("mount.read_only")
 	c.Mount.UID = uid("mount.uid", os.Getuid())

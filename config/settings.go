@@ -95,6 +95,8 @@ var settings = []Setting{
 		Usage: "stable holder name recorded with the epoch (default: a random per-mount id)"},
 	{Key: "fence.signed_request_validity", Option: "signed_request_validity", Flag: "signed-request-validity", Env: []string{"FENCEFS_FENCE_SIGNED_REQUEST_VALIDITY"}, Default: "15m", Group: GroupFence, kind: kindDuration,
 		Usage: "longest time the server accepts a signed request (ETag reuse protection window)"},
+	{Key: "fence.reap_tombstones", Option: "reap_tombstones", Flag: "reap-tombstones", Env: []string{"FENCEFS_FENCE_REAP_TOMBSTONES"}, Default: "auto", Group: GroupFence,
+		Usage: "the leading mount removes tombstones once older than fence.signed_request_validity: auto (only where DELETE honours If-Match: exact), always (also where it does not: see docs/DECISIONS.md for the window), off (fencefs gc only)"},
 
 	{Key: "fence.refresh_interval", Option: "refresh_interval", Flag: "refresh-interval", Env: []string{"FENCEFS_FENCE_REFRESH_INTERVAL"}, Default: "30s", Group: GroupFence, kind: kindDuration,
 		Usage: "how often an idle mount re-reads the epoch register, so that its state and metrics show a newer epoch without waiting for a write (0 = never)"},

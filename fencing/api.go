@@ -61,8 +61,15 @@ type Config struct {
 	// holds may still be accepted (ETag ABA protection window). Default 15m.
 	SignedRequestValidity time.Duration
 	// TombstoneDeletes makes Delete write tombstones instead of conditional
-	// DELETEs (for backends whose DELETE ignores If-Match).
+	// DELETEs (for backends whose DELETE ignores If-Match). It also tells
+	// the tombstone reaper that DELETE cannot be conditioned here.
 	TombstoneDeletes bool
+	// ReapTombstones says when the active Guard removes the tombstones it
+	// knows of, once they are SignedRequestValidity old: ReapAuto ("", the
+	// default: only by a DELETE conditioned on the tombstone's ETag, i.e.
+	// not with TombstoneDeletes), ReapAlways or ReapOff. See "Tombstones"
+	// in the package documentation.
+	ReapTombstones Reap
 	// Logger receives the package's log records; nil means none.
 	Logger *slog.Logger
 	// Registerer receives the package's metrics; nil means none.

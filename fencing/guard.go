@@ -63,6 +63,13 @@ type Guard struct {
 	// state gauge ("" once closed). GUARDED_BY(mu)
 	reported State
 	intents  map[string]*keyIntent // live intents by target key; GUARDED_BY(mu)
+	// busy counts the mutations in flight by key; reaping holds the keys
+	// whose tombstone the reaper removes unconditionally right now
+	// (begin waits for them). GUARDED_BY(mu)
+	busy    map[string]int
+	reaping map[string]bool
+
+	tombs reaper // tombstones to remove (reaper.go)
 
 	vals batch[valResult] // validation rounds (register reads)
 
@@ -86,7 +93,7 @@ type tokenState struct {
 
 // New returns an unbound Guard over store (mode off: a Guard that passes
 // mutations through with per-object conditions only). It does no I/O.
-// Errors: an unknown mode, or a Holder or Domain that cannot be used.
+// Errors: an unknown mode or ReapTombstones, or a Holder or Domain that cannot be used.
 func New(store objstore.Store, cfg Config) (*Guard, error) {
 	if store == nil {
 		return nil, errors.New("fencing: nil store")
@@ -97,6 +104,13 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 	case ModeStrict, ModeFast, ModeOff:
 	default:
 		return nil, fmt.Errorf("fencing: unknown mode %q (strict, fast or off)", cfg.Mode)
+	}
+	switch cfg.ReapTombstones {
+	case "":
+		cfg.ReapTombstones = ReapAuto
+	case ReapAuto, ReapAlways, ReapOff:
+	default:
+		return nil, fmt.Errorf("fencing: unknown tombstone reaping %q (auto, always or off)", cfg.ReapTombstones)
 	}
 	if cfg.Domain != "" && !strings.HasSuffix(cfg.Domain, "/") {
 		return nil, fmt.Errorf("fencing: domain %q must end in \"/\"", cfg.Domain)
@@ -137,6 +151,9 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 		state:   StateUnbound,
 		changed: make(chan struct{}),
 		intents: map[string]*keyIntent{},
+		busy:    map[string]int{},
+		reaping: map[string]bool{},
+		tombs:   newReaper(),
 	}
 	if cfg.Mode == ModeOff {
 		g.state = StateOff
@@ -229,13 +246,14 @@ func (g *Guard) begin(ctx context.Context, op, key string) (tokenState, error) {
 			return tokenState{}, fmt.Errorf("%w: the fencing guard is closed", ErrReadOnly)
 		case g.cfg.Mode == ModeOff:
 			g.inflight++
+			g.busy[key]++
 			return tokenState{mode: ModeOff}, nil
 		case g.state == StateFenced && !g.binding:
 			g.met.refused(op)
 			return tokenState{}, fencedErr(op, key, g.reason)
 		case g.state == StateSweeping && g.sweepErr != nil && !g.binding:
 			return tokenState{}, unverifiedErr("the takeover sweep of epoch %d failed (%v); bind again to retry", g.token, g.sweepErr)
-		case g.binding || g.state == StateSweeping:
+		case g.binding || g.state == StateSweeping || g.reaping[key]:
 			ch := g.changed
 			g.mu.Unlock()
 			select {
@@ -249,15 +267,19 @@ func (g *Guard) begin(ctx context.Context, op, key string) (tokenState, error) {
 			return tokenState{}, &fenceError{sentinel: ErrReadOnly, msg: fmt.Sprintf("read-only: no fencing token bound (%s %s); bind one with a token option or setfattr -n user.fencefs.token", op, key)}
 		default: // active
 			g.inflight++
+			g.busy[key]++
 			return tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}, nil
 		}
 	}
 }
 
-// end marks a mutation admitted by begin as finished.
-func (g *Guard) end() {
+// end marks a mutation of key admitted by begin as finished.
+func (g *Guard) end(key string) {
 	g.mu.Lock()
 	g.inflight--
+	if g.busy[key]--; g.busy[key] <= 0 {
+		delete(g.busy, key)
+	}
 	if g.inflight == 0 {
 		g.broadcast()
 	}
@@ -485,6 +507,7 @@ func (g *Guard) runRound(*batchRun[valResult]) valResult {
 // sweep or gc. Mutations after Close fail with ErrReadOnly.
 func (g *Guard) Close(ctx context.Context) error {
 	defer g.cancel()
+	g.stopReaper(ctx)
 	g.mu.Lock()
 	g.closed = true
 	g.broadcast()

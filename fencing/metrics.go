@@ -20,6 +20,9 @@ type metrics struct {
 	sweeps      prometheus.Counter
 	sweptIntent prometheus.Counter
 	sweptKeys   prometheus.Counter
+	tombs       prometheus.Gauge   // known tombstones (sum over Guards)
+	tombAge     prometheus.Gauge   // age of the oldest known tombstone
+	tombReaped  prometheus.Counter // tombstones removed by the reaper
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -47,6 +50,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "swept_intents_total", Help: "Intents of older epochs processed by takeover sweeps."}),
 		sweptKeys: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
 			Name: "swept_keys_total", Help: "Keys rewritten or tombstoned by takeover sweeps."}),
+		tombs: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "tombstones", Help: "Tombstones in the bucket this mount knows of (written by its sweeps and deletes, or adopted from an earlier mount's ledger) and has not removed yet."}),
+		tombAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "tombstone_oldest_age_seconds", Help: "Age of the oldest tombstone this mount knows of (0 when none)."}),
+		tombReaped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "tombstones_removed_total", Help: "Tombstones the mount removed by itself once older than fence.signed_request_validity."}),
 	}
 	m.token = promreg.Register(reg, m.token)
 	m.epochSeen = promreg.Register(reg, m.epochSeen)
@@ -58,6 +67,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.sweeps = promreg.Register(reg, m.sweeps)
 	m.sweptIntent = promreg.Register(reg, m.sweptIntent)
 	m.sweptKeys = promreg.Register(reg, m.sweptKeys)
+	m.tombs = promreg.Register(reg, m.tombs)
+	m.tombAge = promreg.Register(reg, m.tombAge)
+	m.tombReaped = promreg.Register(reg, m.tombReaped)
 	for _, st := range []State{StateUnbound, StateSweeping, StateActive, StateFenced, StateOff} {
 		m.state.WithLabelValues(string(st)).Add(0) // every state is exported, 0 when empty
 	}
@@ -132,5 +144,20 @@ func (m *metrics) swept(intents, keys int) {
 		m.sweeps.Inc()
 		m.sweptIntent.Add(float64(intents))
 		m.sweptKeys.Add(float64(keys))
+	}
+}
+
+// tombstones adds delta to the known-tombstone gauge and sets the oldest
+// age (with several Guards in one process the last report wins).
+func (m *metrics) tombstones(delta int, oldestAge float64) {
+	if m != nil {
+		m.tombs.Add(float64(delta))
+		m.tombAge.Set(oldestAge)
+	}
+}
+
+func (m *metrics) tombstonesRemoved(n int) {
+	if m != nil {
+		m.tombReaped.Add(float64(n))
 	}
 }

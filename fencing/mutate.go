@@ -52,7 +52,7 @@ func (g *Guard) Put(ctx context.Context, key string, body io.ReaderAt, size int6
 	if err != nil {
 		return objstore.ObjectInfo{}, err
 	}
-	defer g.end()
+	defer g.end(key)
 	m := &mutation{op: op, kind: kindPut, key: key, base: base, ts: ts, wid: newWID()}
 	return g.run(ctx, m, func(ctx context.Context, cond objstore.Condition, base Version, rec record) (objstore.ObjectInfo, error) {
 		shape, parts, err := g.pickShape(ctx, rec, size, etagFromContent(g.sizing, body, size))
@@ -73,7 +73,7 @@ func (g *Guard) Copy(ctx context.Context, src, srcETag, dst string, dstBase Vers
 	if err != nil {
 		return objstore.ObjectInfo{}, err
 	}
-	defer g.end()
+	defer g.end(dst)
 	srcETag = objstore.NormalizeETag(srcETag)
 	srcInfo, err := g.store.Stat(ctx, src)
 	switch {
@@ -134,9 +134,10 @@ func (g *Guard) Delete(ctx context.Context, key string, base Version) error {
 	if err != nil {
 		return err
 	}
-	defer g.end()
+	defer g.end(key)
 	m := &mutation{op: "delete", kind: kindDelete, key: key, base: base, ts: ts, wid: newWID()}
-	_, err = g.run(ctx, m, func(ctx context.Context, cond objstore.Condition, base Version, rec record) (objstore.ObjectInfo, error) {
+	var tombRec record // the record of the tombstone written, for the reaper
+	info, err := g.run(ctx, m, func(ctx context.Context, cond objstore.Condition, base Version, rec record) (objstore.ObjectInfo, error) {
 		// A DELETE would drop the ABA record with the object: while it is
 		// young, an older writer's create (If-None-Match) or a re-create
 		// of identical bytes could let a delayed commit land. Tombstone.
@@ -145,10 +146,14 @@ func (g *Guard) Delete(ctx context.Context, key string, base Version) error {
 			if len(rec) > 0 {
 				meta[MetaSwept] = rec.String()
 			}
+			tombRec = rec
 			return g.putTombstone(ctx, key, ts, m.wid, cond, meta)
 		}
 		return objstore.ObjectInfo{}, g.store.Delete(ctx, key, cond)
 	})
+	if err == nil && info.ETag != "" {
+		g.noteTombstone(key, info.ETag, tombRec) // a tombstone, not a DELETE
+	}
 	return err
 }
 

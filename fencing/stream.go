@@ -56,7 +56,7 @@ func (g *Guard) StartStream(ctx context.Context, key string, base Version, meta 
 	if err != nil {
 		return nil, err
 	}
-	defer g.end()
+	defer g.end(key)
 	m := &mutation{op: op, kind: kindPut, key: key, base: base, ts: ts, wid: newWID()}
 	rec, needHead := knownRecord(m)
 	if needHead {
@@ -131,7 +131,7 @@ func (g *Guard) CommitStream(ctx context.Context, s *Stream, parts []objstore.Pa
 	if err != nil {
 		return objstore.ObjectInfo{}, err
 	}
-	defer g.end()
+	defer g.end(s.key)
 	defer func() {
 		if err != nil && !errors.Is(err, ErrStreamChanged) {
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

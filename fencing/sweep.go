@@ -327,6 +327,9 @@ func (g *Guard) sweepKey(ctx context.Context, ts tokenState, si *sweepIntent, t 
 			if avoid[objstore.NormalizeETag(info.ETag)] {
 				return fmt.Errorf("sweeping %s: the store gave the rewrite ETag %s, which an older writer may hold: it does not change ETags with the upload shape as fencing requires", t.key, info.ETag)
 			}
+			if !st.exists || isTombstone(st.info) {
+				g.noteTombstone(t.key, info.ETag, rec)
+			}
 			return nil
 		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
 			continue // changed meanwhile (an older writer landing before we are active): re-stat

@@ -29,6 +29,7 @@ func fencingConfig(cfg *config.Config, log *slog.Logger, reg prometheus.Register
 		Domain:                cfg.DomainKeyPrefix(),
 		Holder:                cfg.Fence.Holder,
 		SignedRequestValidity: cfg.Fence.SignedRequestValidity,
+		ReapTombstones:        fencing.Reap(cfg.Fence.ReapTombstones),
 		OpTimeout:             cfg.S3.Timeout,
 		Logger:                log,
 		Registerer:            reg,

@@ -1,0 +1,524 @@
+package fencing
+
+// The tombstone reaper: the active Guard removes the tombstones it knows of
+// once they can no longer refuse anything an older writer may still send
+// (see "Tombstones" in the package documentation).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// Reap says when an active Guard removes tombstones by itself.
+type Reap string
+
+// Reap settings.
+const (
+	// ReapAuto (the default, also ""): remove tombstones with a DELETE
+	// conditioned on their ETag, where the store honours If-Match on
+	// DELETE (Config.TombstoneDeletes unset); keep them for gc elsewhere.
+	ReapAuto Reap = "auto"
+	// ReapAlways: as ReapAuto, and also on stores whose DELETE ignores
+	// If-Match, by HEAD, validation and an unconditional DELETE (the
+	// window this leaves is in the package documentation).
+	ReapAlways Reap = "always"
+	// ReapOff: never; tombstones stay until `fencefs gc`.
+	ReapOff Reap = "off"
+)
+
+const (
+	// maxKnownTombstones caps the tombstones one Guard tracks (and its
+	// ledger); further ones are left to gc.
+	maxKnownTombstones = 10000
+	// reapMaxWait: the reaper wakes at least this often (the oldest-age
+	// gauge stays current).
+	reapMaxWait = 30 * time.Second
+	// ledgerGap spaces ledger rewrites (a burst of deletes costs one write
+	// per gap, not one per delete).
+	ledgerGap = time.Second
+	// ledgersDir holds one ledger per binding that has tombstones to reap.
+	ledgersDir = "tombstones/"
+)
+
+func (l layout) ledgersPrefix() string { return l.base + ledgersDir }
+func (l layout) ledger(n uint64, claim string) string {
+	return l.base + ledgersDir + epochName(n) + "-" + claim
+}
+
+// parseLedgerName returns the epoch of a ledger name (without prefix).
+func parseLedgerName(s string) (uint64, bool) {
+	if len(s) < 22 || s[20] != '-' {
+		return 0, false
+	}
+	return parseEpochName(s[:20])
+}
+
+// tombEntry is one tombstone a Guard knows of.
+type tombEntry struct {
+	Key     string    `json:"key"`
+	ETag    string    `json:"etag"`
+	Written time.Time `json:"written"`
+	// Due is when it may go: SignedRequestValidity after it was written
+	// and after every entry of its ETag-ABA record.
+	Due time.Time `json:"due"`
+}
+
+// ledgerDoc is the content of tombstones/<N>-<claim>: the tombstones the
+// binding (N, claim) knows of and has not removed, so that a successor
+// adopts them when this instance dies.
+type ledgerDoc struct {
+	Format     int         `json:"format"`
+	Epoch      uint64      `json:"epoch"`
+	Holder     string      `json:"holder"`
+	ClaimID    string      `json:"claim_id"`
+	Written    time.Time   `json:"written"`
+	Tombstones []tombEntry `json:"tombstones"`
+}
+
+// reaper is a Guard's tombstone bookkeeping and its background loop.
+type reaper struct {
+	mu        sync.Mutex
+	known     map[string]tombEntry // by key; GUARDED_BY(mu)
+	dirty     bool                 // known changed since the ledger write; GUARDED_BY(mu)
+	ledger    string               // the ledger in the bucket ("" none); GUARDED_BY(mu)
+	adopted   string               // the ledger name whose binding adopted its predecessors'; GUARDED_BY(mu)
+	lastWrite time.Time            // of the ledger, wall clock; GUARDED_BY(mu)
+	warned    bool                 // the cap was logged; GUARDED_BY(mu)
+	reported  int                  // count in the shared gauge; GUARDED_BY(mu)
+
+	runMu  sync.Mutex // serialises rounds
+	kick   chan struct{}
+	once   sync.Once
+	cancel context.CancelFunc // stops the loop; GUARDED_BY(mu)
+	done   chan struct{}      // closed when the loop ends; GUARDED_BY(mu)
+}
+
+func newReaper() reaper {
+	return reaper{known: map[string]tombEntry{}, kick: make(chan struct{}, 1)}
+}
+
+// reapEnabled reports whether this Guard removes tombstones by itself.
+func (g *Guard) reapEnabled() bool {
+	switch g.cfg.ReapTombstones {
+	case ReapOff:
+		return false
+	case ReapAlways:
+		return true
+	}
+	return !g.cfg.TombstoneDeletes
+}
+
+// noteTombstone records that a tombstone with etag now stands at key,
+// carrying record rec. Safe for concurrent use; no I/O.
+func (g *Guard) noteTombstone(key, etag string, rec record) {
+	if g.cfg.Mode == ModeOff || etag == "" {
+		return
+	}
+	now := g.cfg.Now()
+	due := now.Add(g.cfg.SignedRequestValidity)
+	for _, e := range rec {
+		if d := e.At.Add(g.cfg.SignedRequestValidity); d.After(due) {
+			due = d
+		}
+	}
+	g.addKnown([]tombEntry{{Key: key, ETag: objstore.NormalizeETag(etag), Written: now, Due: due}})
+}
+
+// addKnown merges entries into the known set (a newer entry of a key
+// replaces the older one) and wakes the loop.
+func (g *Guard) addKnown(entries []tombEntry) {
+	r := &g.tombs
+	r.mu.Lock()
+	for _, e := range entries {
+		old, ok := r.known[e.Key]
+		if ok && !e.Written.After(old.Written) {
+			continue
+		}
+		if !ok && len(r.known) >= maxKnownTombstones {
+			if !r.warned {
+				r.warned = true
+				g.log.Warn("too many tombstones to track: further ones are left to fencefs gc", "limit", maxKnownTombstones)
+			}
+			continue
+		}
+		r.known[e.Key] = e
+		r.dirty = true
+	}
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// forget drops key's entry if it still names etag.
+func (r *reaper) forget(key, etag string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.known[key]; ok && e.ETag == etag {
+		delete(r.known, key)
+		r.dirty = true
+	}
+}
+
+// startReaper starts the background loop once (at the first activation).
+func (g *Guard) startReaper() {
+	r := &g.tombs
+	r.once.Do(func() {
+		ctx, cancel := context.WithCancel(g.bg)
+		done := make(chan struct{})
+		r.mu.Lock()
+		r.cancel, r.done = cancel, done
+		r.mu.Unlock()
+		go g.reapLoop(ctx, done)
+	})
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (g *Guard) reapLoop(ctx context.Context, done chan struct{}) {
+	r := &g.tombs
+	defer close(done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-t.C:
+		}
+		wait := g.reapOnce(ctx)
+		t.Reset(wait)
+	}
+}
+
+// stopReaper stops the loop (bounded by ctx), writes the ledger one last
+// time if the Guard is still active, and withdraws its gauge count.
+func (g *Guard) stopReaper(ctx context.Context) {
+	r := &g.tombs
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	}
+	if ts, ok := g.activeState(); ok && g.reapEnabled() {
+		r.runMu.Lock()
+		g.writeLedger(ctx, ts, true)
+		r.runMu.Unlock()
+	}
+	r.mu.Lock()
+	g.met.tombstones(-r.reported, 0)
+	r.reported = 0
+	r.mu.Unlock()
+}
+
+// activeState returns the binding if the Guard is active (and not closed
+// or rebinding).
+func (g *Guard) activeState() (tokenState, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ts := tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}
+	return ts, g.state == StateActive && !g.binding && g.cfg.Mode != ModeOff
+}
+
+// reapOnce is one round of the loop: adopt predecessors' ledgers (once per
+// binding), remove the tombstones that are due, write the ledger. It does
+// nothing while the Guard is not active. It returns how long to wait
+// before the next round.
+func (g *Guard) reapOnce(ctx context.Context) time.Duration {
+	r := &g.tombs
+	r.runMu.Lock()
+	defer r.runMu.Unlock()
+	defer g.reportTombstones()
+	ts, active := g.activeState()
+	if !active || !g.reapEnabled() {
+		return reapMaxWait
+	}
+	name := g.lay.ledger(ts.token, ts.claim)
+	r.mu.Lock()
+	adopt := r.adopted != name
+	r.mu.Unlock()
+	if adopt {
+		g.adoptLedgers(ctx, ts, name)
+	}
+	now := g.cfg.Now()
+	var due []tombEntry
+	r.mu.Lock()
+	for _, e := range r.known {
+		if !now.Before(e.Due) {
+			due = append(due, e)
+		}
+	}
+	r.mu.Unlock()
+	left := 0
+	if len(due) > 0 {
+		left = g.reapDue(ctx, ts, due)
+	}
+	g.writeLedger(ctx, ts, false)
+	wait := g.nextReap(g.cfg.Now())
+	if left > 0 && wait < time.Second {
+		wait = time.Second // kept for now (busy key, storage error): not a busy loop
+	}
+	return wait
+}
+
+// nextReap is the wait until the earliest due entry, or the next ledger
+// write, within [10ms, reapMaxWait].
+func (g *Guard) nextReap(now time.Time) time.Duration {
+	r := &g.tombs
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	wait := reapMaxWait
+	for _, e := range r.known {
+		if d := e.Due.Sub(now); d < wait {
+			wait = d
+		}
+	}
+	if r.dirty {
+		if d := ledgerGap - time.Since(r.lastWrite); d < wait {
+			wait = d
+		}
+	}
+	return max(wait, 10*time.Millisecond)
+}
+
+// reapDue removes the due tombstones; it returns how many it had to keep.
+func (g *Guard) reapDue(ctx context.Context, ts tokenState, due []tombEntry) int {
+	exact := !g.cfg.TombstoneDeletes
+	if !exact {
+		// Only the leader removes tombstones unconditionally; the window
+		// from here to the DELETE is in the package documentation.
+		if err := g.validate(ctx, ts, "", ""); err != nil {
+			g.log.Debug("tombstone reaper: not removing", "err", err)
+			return len(due)
+		}
+	}
+	var mu sync.Mutex
+	left, removed := 0, 0
+	_ = forEach(ctx, len(due), func(ctx context.Context, i int) error {
+		e := due[i]
+		var gone bool
+		var err error
+		if exact {
+			gone, err = g.reapExact(ctx, e)
+		} else {
+			gone, err = g.reapUnconditional(ctx, e)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			left++
+			g.log.Debug("tombstone reaper: kept for now", "key", e.Key, "err", err)
+		case gone:
+			removed++
+			g.tombs.forget(e.Key, e.ETag)
+		default:
+			g.tombs.forget(e.Key, e.ETag) // replaced or removed by someone else
+		}
+		return nil
+	})
+	if removed > 0 {
+		g.met.tombstonesRemoved(removed)
+		g.log.Info("removed tombstones", "count", removed, "kept", left)
+	}
+	return left
+}
+
+// reapExact deletes e conditioned on its ETag: a newer write of the key is
+// never deleted. gone=false with no error: the key holds something else.
+func (g *Guard) reapExact(ctx context.Context, e tombEntry) (bool, error) {
+	err := g.store.Delete(ctx, e.Key, objstore.Condition{IfMatch: e.ETag}) // the store retries transient failures
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
+		return false, nil
+	}
+	return false, err
+}
+
+// errKeyBusy: a mutation of this Guard on the key is in flight.
+var errKeyBusy = errors.New("a mutation of the key is in flight")
+
+// reapUnconditional removes e on a store whose DELETE ignores If-Match: it
+// holds back this Guard's own mutations of the key (begin waits), checks
+// with a HEAD that the key still holds e's tombstone, and deletes.
+func (g *Guard) reapUnconditional(ctx context.Context, e tombEntry) (bool, error) {
+	g.mu.Lock()
+	if g.busy[e.Key] > 0 || g.reaping[e.Key] {
+		g.mu.Unlock()
+		return false, errKeyBusy
+	}
+	g.reaping[e.Key] = true
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		delete(g.reaping, e.Key)
+		g.broadcast()
+		g.mu.Unlock()
+	}()
+	info, exists, err := g.head(ctx, e.Key)
+	if err != nil {
+		return false, err
+	}
+	if !exists || !isTombstone(info) || objstore.NormalizeETag(info.ETag) != e.ETag {
+		return false, nil
+	}
+	if err := g.store.Delete(ctx, e.Key, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		return false, err
+	}
+	return true, nil
+}
+
+// adoptLedgers merges the ledgers of older bindings (a crashed or fenced
+// predecessor, this Guard's own previous binding) into the known set,
+// writes this binding's ledger, and deletes theirs. Ledgers that cannot be
+// read stay for the next binder.
+func (g *Guard) adoptLedgers(ctx context.Context, ts tokenState, name string) {
+	prefix := g.lay.ledgersPrefix()
+	var names []string
+	err := g.store.List(ctx, prefix, "", func(e objstore.Entry) error {
+		if n, ok := parseLedgerName(strings.TrimPrefix(e.Key, prefix)); ok && !e.IsPrefix && e.Key != name && n <= ts.token {
+			names = append(names, e.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		g.log.Warn("tombstone reaper: listing ledgers failed; retrying later", "err", err)
+		return
+	}
+	etags := map[string]string{}
+	for _, n := range names {
+		doc, etag, err := g.readLedger(ctx, n)
+		if errors.Is(err, objstore.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			g.log.Warn("tombstone reaper: cannot read a ledger; leaving it", "ledger", n, "err", err)
+			continue
+		}
+		g.addKnown(doc.Tombstones)
+		etags[n] = etag
+	}
+	if len(etags) > 0 {
+		if err := g.writeLedger(ctx, ts, true); err != nil {
+			return // theirs stay until ours holds their entries
+		}
+		for n, etag := range etags {
+			cond := objstore.Condition{}
+			if !g.cfg.TombstoneDeletes {
+				cond.IfMatch = etag
+			}
+			if err := g.store.Delete(ctx, n, cond); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+				g.log.Debug("tombstone reaper: deleting an adopted ledger failed", "ledger", n, "err", err)
+			}
+		}
+		g.log.Info("adopted the tombstones of earlier mounts", "ledgers", len(etags))
+	}
+	g.tombs.mu.Lock()
+	g.tombs.adopted = name
+	g.tombs.mu.Unlock()
+}
+
+func (g *Guard) readLedger(ctx context.Context, key string) (ledgerDoc, string, error) {
+	rc, info, err := g.store.Get(ctx, key, objstore.GetOptions{})
+	if err != nil {
+		return ledgerDoc{}, "", err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 64<<20))
+	if err != nil {
+		return ledgerDoc{}, "", err
+	}
+	var doc ledgerDoc
+	if err := decodeDoc("tombstone ledger "+key, b, &doc, func() int { return doc.Format }); err != nil {
+		return ledgerDoc{}, "", err
+	}
+	return doc, objstore.NormalizeETag(info.ETag), nil
+}
+
+// writeLedger writes this binding's ledger if the known set changed (and,
+// unless force, the last write is ledgerGap old), or deletes it as soon as
+// the set is empty. LOCKS_REQUIRED(g.tombs.runMu)
+func (g *Guard) writeLedger(ctx context.Context, ts tokenState, force bool) error {
+	r := &g.tombs
+	name := g.lay.ledger(ts.token, ts.claim)
+	r.mu.Lock()
+	// An empty set deletes the ledger at once; rewrites keep the gap.
+	if (!r.dirty && r.ledger == name) || (!force && len(r.known) > 0 && time.Since(r.lastWrite) < ledgerGap) {
+		r.mu.Unlock()
+		return nil
+	}
+	entries := make([]tombEntry, 0, len(r.known))
+	for _, e := range r.known {
+		entries = append(entries, e)
+	}
+	old := r.ledger
+	r.dirty = false
+	r.mu.Unlock()
+	if len(entries) == 0 && old == "" {
+		return nil
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
+	var err error
+	if len(entries) == 0 {
+		err = g.store.Delete(ctx, old, objstore.Condition{})
+		if errors.Is(err, objstore.ErrNotFound) {
+			err = nil
+		}
+	} else {
+		err = g.putDoc(ctx, name, ledgerDoc{Format: FormatVersion, Epoch: ts.token, Holder: g.holder,
+			ClaimID: ts.claim, Written: g.cfg.Now().UTC(), Tombstones: entries})
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.dirty = true
+		g.log.Warn("tombstone reaper: writing the ledger failed; retrying", "err", err)
+		return fmt.Errorf("writing the tombstone ledger: %w", err)
+	}
+	r.lastWrite = time.Now()
+	r.ledger = ""
+	if len(entries) > 0 {
+		r.ledger = name
+	}
+	return nil
+}
+
+// reportTombstones updates the gauges: how many tombstones this Guard
+// knows of, and the age of the oldest.
+func (g *Guard) reportTombstones() {
+	r := &g.tombs
+	now := g.cfg.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var oldest time.Time
+	for _, e := range r.known {
+		if oldest.IsZero() || e.Written.Before(oldest) {
+			oldest = e.Written
+		}
+	}
+	age := 0.0
+	if !oldest.IsZero() {
+		age = max(now.Sub(oldest).Seconds(), 0)
+	}
+	g.met.tombstones(len(r.known)-r.reported, age)
+	r.reported = len(r.known)
+}
