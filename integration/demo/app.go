@@ -76,7 +76,7 @@ func startApp(path, text string) (*app, error) {
 	cmd.Stderr = os.Stderr
 	// Its own process group, like the mounts: a terminal Ctrl-C reaches only
 	// the demo, which ends the application in order (after thawing A).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -26,7 +26,9 @@ type mountProc struct {
 // until the kernel mount is there (or the process exits, or 30 s pass).
 // env is the gateway's environment. The process gets its own process
 // group, so that a terminal Ctrl-C reaches only the demo, which stops the
-// mounts first and the gateway last.
+// mounts first and the gateway last; if the demo itself is killed, the
+// kernel kills the mount too (the next run clears the dead mount), so that
+// no fencefs is left frozen or running.
 func startMount(bin, name, dir, logPath string, env []string, args ...string) (*mountProc, error) {
 	// A previous run killed hard may have left a dead mount here.
 	_ = exec.Command("fusermount3", "-uz", dir).Run()
@@ -41,7 +43,7 @@ func startMount(bin, name, dir, logPath string, env []string, args ...string) (*
 	cmd := exec.Command(bin, argv...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err
