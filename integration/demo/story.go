@@ -67,7 +67,7 @@ func (s *story) tell() error {
 		return err
 	}
 
-	step(2, "An application on A opens %s, writes %q and keeps it open: written, not closed.", reportName, trimNL(s.textLate))
+	step(2, "An application on A opens %s, writes %q and keeps it open: written, not closed.", reportName, trimmed(s.textLate))
 	if s.app, err = startApp(s.reportA, s.textLate); err != nil {
 		return err
 	}
@@ -158,15 +158,11 @@ func (s *story) verdict(closeRes, stateA string, st object) error {
 	return nil
 }
 
+// trimmed is s without its final newline, for quoting.
+func trimmed(s string) string { return strings.TrimSuffix(s, "\n") }
+
 func step(n int, format string, args ...any) {
 	fmt.Printf("\n %d. %s\n", n, fmt.Sprintf(format, args...))
-}
-
-func trimNL(s string) string {
-	if n := len(s); n > 0 && s[n-1] == '\n' {
-		return s[:n-1]
-	}
-	return s
 }
 
 // mount starts leader name's mount at dir with token.
@@ -235,7 +231,7 @@ func (s *story) showObject() (object, error) {
 		return object{}, err
 	}
 	obj := object{body: string(b), epoch: info.UserMetadata["Fencefs-Epoch"], holder: info.UserMetadata["Fencefs-Holder"]}
-	fmt.Printf("      bucket %s, object %s: %q, stamped epoch %s by holder %s\n", bucket, reportName, trimNL(obj.body), obj.epoch, obj.holder)
+	fmt.Printf("      bucket %s, object %s: %q, stamped epoch %s by holder %s\n", bucket, reportName, trimmed(obj.body), obj.epoch, obj.holder)
 	return obj, nil
 }
 
