@@ -22,6 +22,10 @@
 //	                      If-Match; sealed by the next binder), or a sweep's
 //	                      own intent (written before its validation)
 //	swept/<N>             the takeover sweep of epoch N completed (gc uses it)
+//	tombstones/<N>-<claim> the ledger of binding (N, claim): the tombstones
+//	                      it knows of and has not removed yet (see
+//	                      "Tombstones"); adopted and deleted by the next
+//	                      binder
 //
 // Every committed object carries the stamps MetaEpoch, MetaHolder and
 // MetaWID (a write id unique per logical write, reused across retries), and
@@ -163,7 +167,39 @@
 // ignores If-Match, where an unconditional DELETE cannot be fenced), and
 // sweeps write them at absent keys. A create over a tombstone is an
 // If-Match on its ETag; Put does that by itself when the caller saw the key
-// absent. gc removes old tombstones (see GC).
+// absent.
+//
+// Removal. A tombstone is needed until no request an older writer may
+// still send can use the absence it hides: SignedRequestValidity after it
+// was written (and after every entry of the ABA record it carries). The
+// active Guard removes the tombstones it knows of by itself once due
+// (Config.ReapTombstones; a background loop bound to the Guard, started at
+// the first activation, idle while the Guard is not active, stopped by
+// Close): those its sweeps and deletes wrote (a sweep's rewrite of an
+// existing tombstone included) and those in the ledgers of older bindings
+// (tombstones/<N>-<claim>), which it adopts once per binding — one LIST of
+// that small prefix, never of the bucket. Its own ledger is rewritten at
+// most once a second while its set changes, and deleted when the set is
+// empty, so the tombstones of a mount that is killed are removed by the
+// next one. Where DELETE honours If-Match (ReapAuto, the default) each goes
+// by a DELETE conditioned on its ETag: exact, a newer write of the key is
+// never deleted. Where it does not (TombstoneDeletes), ReapAuto leaves them
+// to gc; ReapAlways removes them after a validation of the epoch with a
+// HEAD (still this tombstone?) and an unconditional DELETE, while this
+// Guard's own mutations of the key wait. That leaves a window: a write of
+// the key landing between the HEAD and the DELETE is deleted with the
+// tombstone — a plain S3 client's, or a newer leader's while this Guard is
+// paused after its validation. Either way the removal has the ABA window's
+// limit: an older writer paused between its validation and the sending of
+// its create for longer than SignedRequestValidity can create the key once
+// its tombstone is gone (raise the validity if such pauses are possible).
+// Not removed by a Guard, and left to gc (see GC): tombstones written in the
+// second before a crash (not yet in the ledger), those of a binding fenced
+// before they were due (it does nothing once not active), more than 10000
+// per Guard, and those written before ledgers existed. Metrics:
+// fencefs_fencing_tombstones (known, not yet removed),
+// fencefs_fencing_tombstone_oldest_age_seconds and
+// fencefs_fencing_tombstones_removed_total.
 //
 // # Errors
 //

@@ -100,7 +100,9 @@ type GCResult struct {
 	Failed                       int
 }
 
-// GC removes protocol garbage (`fencefs gc`):
+// GC removes protocol garbage (`fencefs gc`). The leading mount removes
+// the tombstones it knows of by itself (see "Tombstones" in the package
+// documentation); GC is for the rest, and for what no mount runs on:
 //
 //   - intents of epochs older than the newest epoch whose takeover sweep
 //     completed (its marker under .fencefs/swept/): that sweep already
