@@ -110,5 +110,6 @@ func (fsys *filesystem) controlSet(ctx context.Context, name string, value []byt
 		return fmt.Errorf("bind token %s: %w", strings.TrimSpace(string(value)), err)
 	}
 	fsys.log.Info("fencing token bound", "token", got)
+	fsys.noteStatus(fsys.guard.Status())
 	return nil
 }

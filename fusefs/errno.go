@@ -135,6 +135,9 @@ func (fsys *filesystem) errno(op, key string, err error) syscall.Errno {
 	if errors.As(err, &r) && fsys.guard != nil {
 		fsys.guard.CountRefusal(op)
 	}
+	if errors.Is(err, fencing.ErrFenced) && fsys.guard != nil {
+		fsys.noteStatus(fsys.guard.Status()) // another leader writes now
+	}
 	level := slog.LevelWarn
 	switch e {
 	case syscall.ENOENT, syscall.ENODATA, syscall.EEXIST, syscall.ENOTEMPTY,

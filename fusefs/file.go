@@ -58,6 +58,15 @@ type fileNode struct {
 	// file shows the store's version again), or a truncate to 0 makes the
 	// content whole again.
 	stageErr error
+	// openChangeOnly: the only uncommitted change is what an open made (a
+	// new empty file, or an O_TRUNC to 0), with nothing written since. A
+	// handle's first FLUSH then commits nothing (see fileHandle.Flush).
+	openChangeOnly bool
+	// replacing: the staged content was written from empty (O_TRUNC or a
+	// truncate to 0) and uses nothing of the base version, so a commit
+	// refused because an older epoch changed the object may be retried on
+	// the current version (replace.go).
+	replacing bool
 	// dirtySince is when the node became dirty (Unix nanoseconds; 0 while
 	// clean), set with dirty; atomic so the dirty-age gauge reads it
 	// without n.mu.
@@ -164,9 +173,23 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		}
 	}
 	if err := n.refresh(ctx); err != nil {
-		return nil, 0, n.fsys.errno("open", key, err)
+		if errors.Is(err, objstore.ErrNotFound) {
+			// Deleted elsewhere while the kernel kept the name: ESTALE
+			// below makes it look again (an O_CREAT then creates).
+			n.markUnlinked()
+		} else {
+			return nil, 0, n.fsys.errno("open", key, err)
+		}
 	}
 	n.mu.Lock()
+	if n.unlinked && n.openCount == 0 {
+		// The kernel still has a name for a node whose object is gone
+		// or was never stored (a refused create): ESTALE makes it look
+		// the name up again (LOOKUP_REVAL) and open or create what the
+		// store has, instead of writing into a node no commit stores.
+		n.mu.Unlock()
+		return nil, 0, n.fsys.errno("open", key, fmt.Errorf("%w: %s: the name no longer refers to this file", fencing.ErrStale, key))
+	}
 	n.openCount++
 	etag := n.info.ETag
 	var fuseFlags uint32
@@ -175,9 +198,9 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	}
 	n.keepETag = etag
 	n.mu.Unlock()
-	h := &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0}
+	h := &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0, keepCache: fuseFlags&fuse.FOPEN_KEEP_CACHE != 0}
 	if flags&syscall.O_TRUNC != 0 {
-		if err := n.truncate(ctx, 0); err != nil {
+		if err := n.truncateAt(ctx, 0, true); err != nil {
 			n.releaseHandle(h)
 			return nil, 0, n.fsys.errno("open", key, err)
 		}
@@ -206,6 +229,11 @@ func (n *fileNode) ensureStageLocked(ctx context.Context, truncateTo int64) erro
 		}
 	}
 	n.stage = f
+	if !pending && truncateTo == 0 {
+		n.mu.Lock()
+		n.replacing = true
+		n.mu.Unlock()
+	}
 	n.fsys.stagingBytes.Add(size)
 	n.fsys.track(n)
 	return nil
@@ -238,6 +266,7 @@ func (n *fileNode) download(ctx context.Context, f *os.File, etag string, size i
 // LOCKS_REQUIRED(n.mu)
 func (n *fileNode) markDirtyLocked() bool {
 	n.gen++
+	n.openChangeOnly = false
 	if n.dirty {
 		return false
 	}
@@ -282,6 +311,7 @@ func (n *fileNode) baseLocked() fencing.Version {
 // LOCKS_REQUIRED(n.mu)
 func (n *fileNode) setCleanLocked() {
 	n.noStream = false
+	n.openChangeOnly = false
 	n.stageErr = nil
 	if n.dirty {
 		n.dirty = false
@@ -356,6 +386,12 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 // truncate sets the size of the staged content (downloading the object
 // first when it keeps any of it).
 func (n *fileNode) truncate(ctx context.Context, size int64) error {
+	return n.truncateAt(ctx, size, false)
+}
+
+// truncateAt is truncate; atOpen says it is an open's O_TRUNC, which is an
+// open-time change (openChangeOnly) when nothing else was uncommitted.
+func (n *fileNode) truncateAt(ctx context.Context, size int64, atOpen bool) error {
 	if err := n.fsys.checkWritable(); err != nil {
 		return err
 	}
@@ -374,6 +410,7 @@ func (n *fileNode) truncate(ctx context.Context, size int64) error {
 	n.mu.Lock()
 	if size == 0 {
 		n.stageErr = nil // nothing of the failed content is left
+		n.replacing = !n.pending
 	}
 	if n.up != nil && n.up.touches(size) {
 		n.dropStreamLocked()
@@ -382,7 +419,9 @@ func (n *fileNode) truncate(ctx context.Context, size int64) error {
 	n.size = size
 	now := time.Now()
 	n.attr.Mtime, n.attr.Ctime = now, now
+	wasDirty := n.dirty
 	prep := n.markDirtyLocked()
+	n.openChangeOnly = atOpen && !wasDirty
 	base := n.baseLocked()
 	n.mu.Unlock()
 	if prep {
@@ -422,7 +461,7 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 		n.mu.Unlock()
 		return fmt.Errorf("commit %s: not stored: a write to the staging file failed (%w); the file keeps its stored version once every descriptor is closed", key, err)
 	}
-	gen, size, pending := n.gen, n.size, n.pending
+	gen, size, pending, replacing := n.gen, n.size, n.pending, n.replacing
 	base := n.baseLocked()
 	meta := encodeAttr(n.attr, contentMeta(n.info.Meta))
 	n.mu.Unlock()
@@ -445,6 +484,9 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 		if streamed && err == nil {
 			meta = streamMeta(meta)
 		}
+		if streamed && replacing && isConflict(err) {
+			streamed, err = false, nil // retried below, as a Put
+		}
 		if streamed && pending && errors.Is(err, fencing.ErrStale) {
 			err = fmt.Errorf("%w: %s was created concurrently (%v)", errExist, key, err)
 		}
@@ -455,6 +497,11 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 		info, err = n.fsys.createRetry(ctx, key, put)
 	default:
 		info, err = put(base)
+	}
+	if err != nil && replacing && (isConflict(err) || errors.Is(err, errExist)) {
+		if cur, ok := n.fsys.replacementBase(ctx, key); ok {
+			info, err = put(cur)
+		}
 	}
 	if pending && errors.Is(err, errExist) {
 		// Another client created the name first: this file can never be
@@ -478,6 +525,7 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 	n.info = info
 	n.fetched = time.Now()
 	n.pending = false
+	n.replacing = false
 	n.keepETag = info.ETag
 	if n.gen == gen {
 		n.setCleanLocked()
@@ -546,6 +594,12 @@ func (n *fileNode) releaseHandle(h *fileHandle) {
 // dropStage removes the staging file, and forgets uncommitted changes, once
 // no handle needs them any more.
 func (n *fileNode) dropStage() {
+	forget := false
+	defer func() {
+		if forget {
+			n.forgetName()
+		}
+	}()
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	n.cmu.Lock()
@@ -562,9 +616,12 @@ func (n *fileNode) dropStage() {
 		n.fetched = time.Time{}
 		n.keepETag = ""
 		if n.pending {
+			// Never stored: the name must not keep pointing here.
 			n.unlinked = true
+			forget = true
 		}
 	}
+	n.replacing = false
 	n.setCleanLocked()
 	if n.up != nil {
 		n.up.drop()
@@ -758,6 +815,12 @@ type fileHandle struct {
 
 	mu sync.Mutex
 	rd *reader // GUARDED_BY(mu): ranged reads from the store, created on first read
+	// delivered counts the bytes read from the store through rd; a read
+	// that delivered none may move to a newer version (replace.go).
+	delivered int64 // GUARDED_BY(mu)
+	// keepCache: opened with FOPEN_KEEP_CACHE (the kernel may serve pages
+	// of the pinned version without asking): never moves to another version.
+	keepCache bool
 }
 
 var _ = (fs.FileReader)((*fileHandle)(nil))
@@ -779,20 +842,15 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	}
 	n.cmu.RUnlock()
 
-	n.mu.Lock()
-	etag, size := n.info.ETag, n.size
-	n.mu.Unlock()
 	key, err := n.keyOrErr()
 	if err != nil {
 		return nil, n.fsys.errno("read", "", err)
 	}
-	if off >= size {
-		return fuse.ReadResultData(nil), 0
-	}
-	want := int64(len(dest))
-	if off+want > size {
-		want = size - off
-	}
+	ctx, cancel := n.fsys.opctx(ctx)
+	defer cancel()
+	n.mu.Lock()
+	etag, size := n.info.ETag, n.size
+	n.mu.Unlock()
 	h.mu.Lock()
 	if h.rd == nil || h.rd.etag != etag {
 		if h.rd != nil {
@@ -802,13 +860,55 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	}
 	rd := h.rd
 	h.mu.Unlock()
-	ctx, cancel := n.fsys.opctx(ctx)
-	defer cancel()
-	res, err := rd.read(ctx, key, dest[:want], off)
+	res, err := h.readFrom(ctx, rd, key, dest, off)
+	for attempt := 0; isConflict(err) && attempt < maxReadRebase; attempt++ {
+		// The object changed since the handle pinned it: a handle that
+		// returned nothing yet takes the current version instead.
+		var ok bool
+		if rd, ok = h.rebase(ctx, rd, key); !ok {
+			break
+		}
+		res, err = h.readFrom(ctx, rd, key, dest, off)
+	}
+	if isConflict(err) {
+		// The version is gone: the next open asks the store again
+		// instead of trusting the cache until MetaCacheTTL.
+		n.mu.Lock()
+		if !n.dirty && !n.pending {
+			n.fetched, n.keepETag = time.Time{}, ""
+		}
+		n.mu.Unlock()
+	}
 	if err != nil {
 		return nil, n.fsys.errno("read", key, err)
 	}
 	return res, 0
+}
+
+// readFrom serves one READ from rd. A success is counted as delivered
+// unless rd was replaced meanwhile: then its bytes may be of the older
+// version while others were read from the newer one, and the read is
+// ESTALE instead.
+func (h *fileHandle) readFrom(ctx context.Context, rd *reader, key string, dest []byte, off int64) (fuse.ReadResult, error) {
+	if off >= rd.size {
+		return fuse.ReadResultData(nil), nil
+	}
+	want := int64(len(dest))
+	if off+want > rd.size {
+		want = rd.size - off
+	}
+	res, err := rd.read(ctx, key, dest[:want], off)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rd != rd {
+		res.Done()
+		return nil, fmt.Errorf("%w: %s changed while being read", fencing.ErrStale, key)
+	}
+	h.delivered += int64(res.Size())
+	return res, nil
 }
 
 func (h *fileHandle) closeReader() {
@@ -841,7 +941,17 @@ var _ = (fs.FileFlusher)((*fileHandle)(nil))
 
 // Flush (every close(2) of a descriptor) commits pending changes; its error
 // is what close returns.
+// One exception, for shell redirects and dd (see flush.go): nothing is
+// committed while the only change is the open's own and the closing
+// process still holds the file through another descriptor.
 func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
+	n := h.node
+	n.mu.Lock()
+	openOnly := n.dirty && n.openChangeOnly
+	n.mu.Unlock()
+	if caller, ok := fuse.FromContext(ctx); ok && openOnly && n.fsys.stillOpenIn(caller.Pid, n.StableAttr().Ino) {
+		return 0
+	}
 	ctx, cancel := h.node.fsys.mutctx(ctx)
 	defer cancel()
 	if err := h.node.commit(ctx); err != nil {

@@ -46,6 +46,13 @@ type filesystem struct {
 	// Counters for metrics (atomic).
 	dirtyFiles   atomic.Int64
 	stagingBytes atomic.Int64
+	// ledToken is the newest token this mount has been active with; a
+	// newer one is an activation (activate.go).
+	ledToken atomic.Uint64
+	// fencedToken is the newest token this mount has seen fenced.
+	fencedToken atomic.Uint64
+	// mntID is the kernel's id of the mount (flush.go); 0 if unknown.
+	mntID atomic.Int64
 
 	nodesMu sync.Mutex
 	staged  map[*fileNode]struct{} // GUARDED_BY(nodesMu): nodes holding a staging file
@@ -120,6 +127,7 @@ func (fsys *filesystem) checkWritable() error {
 		return fmt.Errorf("%w: mounted read-only", fencing.ErrReadOnly)
 	}
 	st := fsys.guard.Status()
+	fsys.noteStatus(st)
 	switch st.State {
 	case fencing.StateActive, fencing.StateSweeping, fencing.StateOff:
 		return nil

@@ -19,8 +19,13 @@ type metrics struct {
 	negativeHits prometheus.Counter
 	// streamed counts commits of files uploaded while written, by result:
 	// committed, fallback (uploaded whole with Put instead), failed.
-	streamed   *prometheus.CounterVec
-	collectors []prometheus.Collector
+	streamed *prometheus.CounterVec
+	// readRebases counts reads that moved to the object's current version
+	// instead of failing ESTALE (replace.go); activations counts the times
+	// this mount became the leader and forgot what it had cached (activate.go).
+	readRebases prometheus.Counter
+	activations prometheus.Counter
+	collectors  []prometheus.Collector
 }
 
 func newMetrics(fsys *filesystem) *metrics {
@@ -38,8 +43,18 @@ func newMetrics(fsys *filesystem) *metrics {
 		Namespace: "fencefs", Subsystem: "fuse", Name: "streamed_commits_total",
 		Help: "Commits of large files whose parts were uploaded while they were written, by result (committed; fallback: uploaded whole instead; failed).",
 	}, []string{"result"})
+	m.readRebases = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fencefs", Subsystem: "fuse", Name: "read_rebases_total",
+		Help: "Reads that had returned nothing yet and took the object's current version instead of failing with ESTALE.",
+	})
+	m.activations = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fencefs", Subsystem: "fuse", Name: "activations_total",
+		Help: "Times this mount became the active leader (a token bound) and dropped the versions it had cached before.",
+	})
 	m.collectors = []prometheus.Collector{
 		m.errs,
+		m.readRebases,
+		m.activations,
 		m.streamed,
 		m.latency,
 		m.negativeHits,

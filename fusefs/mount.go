@@ -90,6 +90,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
 	}
 	raiseKernelReadahead(mountpoint, kernelReadaheadKB, fsys.log)
+	fsys.mntID.Store(int64(mountID(mountpoint)))
 	m := &FS{fsys: fsys, server: server, mountpoint: mountpoint}
 	// Once the kernel mount exists it may already be in use: it is
 	// returned even if ctx ended meanwhile, and the caller stops it the

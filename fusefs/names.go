@@ -57,6 +57,14 @@ func (k *dirNames) set(at time.Time, names map[string]struct{}) {
 	}
 }
 
+// forget drops everything known (the mount became the leader: see
+// activate.go).
+func (k *dirNames) forget() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.at, k.names, k.own, k.big = time.Time{}, nil, nil, false
+}
+
 // add records a name this mount created (a file, directory, symlink or a
 // rename target). Without it, a name created after the listing would read as
 // absent once its inode is forgotten.
