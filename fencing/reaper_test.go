@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencefs/fencefs/integration/gateway"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/fencefs/fencefs/objstore/memstore"
 	"github.com/prometheus/client_golang/prometheus"
@@ -184,32 +185,47 @@ func TestReaperNeverDeletesAKeyWrittenAfterItsTombstone(t *testing.T) {
 		{"DELETE ignores If-Match, auto keeps tombstones", true, ReapAuto, false},
 		{"reaping off", false, ReapOff, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := testCtx(t, time.Minute)
-			s := memstore.NewWithOptions(memstore.Options{IgnoreDeleteConditions: tc.ignoreDelCond})
-			keys := crashedCreates(t, ctx, s, 3)
-			clk := newFakeClock()
-			b := manualReaper(newGuard(t, s, Config{Holder: "A", SignedRequestValidity: testValidity, Now: clk.Now,
-				TombstoneDeletes: tc.ignoreDelCond, ReapTombstones: tc.reap}))
-			bind(t, ctx, b, 1)
-			// t/f0 is created again through the Guard, t/f1 by a plain
-			// client over the tombstone; t/f2 stays deleted.
-			_, info, _ := read(t, ctx, s, keys[0])
-			if _, err := gput(ctx, b, keys[0], "mine", VersionOf(info)); err != nil {
-				t.Fatal(err)
+		stores := map[string]func(t *testing.T) objstore.Store{
+			"memstore": func(*testing.T) objstore.Store {
+				return memstore.NewWithOptions(memstore.Options{IgnoreDeleteConditions: tc.ignoreDelCond})
+			},
+		}
+		if !tc.ignoreDelCond {
+			// The real gateway's answer to DELETE If-Match on a key
+			// written again is what makes the removal exact.
+			stores["gateway"] = func(t *testing.T) objstore.Store {
+				gw := gateway.ForTest(t)
+				return gatewayStore(t, gw, gateway.NewBucket(t, gw))
 			}
-			rawPut(t, ctx, s, keys[1], "someone else's")
-			clk.Add(testValidity + time.Second)
-			b.reapOnce(ctx)
-			for k, want := range map[string]string{keys[0]: "mine", keys[1]: "someone else's"} {
-				if c, info, ok := read(t, ctx, s, k); !ok || IsTombstone(info) || c != want {
-					t.Errorf("%s = %q (exists %v): the reaper touched a key written after its tombstone", k, c, ok)
+		}
+		for storeName, newStore := range stores {
+			t.Run(tc.name+"/"+storeName, func(t *testing.T) {
+				ctx := testCtx(t, time.Minute)
+				s := newStore(t)
+				keys := crashedCreates(t, ctx, s, 3)
+				clk := newFakeClock()
+				b := manualReaper(newGuard(t, s, Config{Holder: "A", SignedRequestValidity: testValidity, Now: clk.Now,
+					TombstoneDeletes: tc.ignoreDelCond, ReapTombstones: tc.reap}))
+				bind(t, ctx, b, 1)
+				// t/f0 is created again through the Guard, t/f1 by a plain
+				// client over the tombstone; t/f2 stays deleted.
+				_, info, _ := read(t, ctx, s, keys[0])
+				if _, err := gput(ctx, b, keys[0], "mine", VersionOf(info)); err != nil {
+					t.Fatal(err)
 				}
-			}
-			if got := tombstonesAt(t, ctx, s, keys[2:]); (len(got) == 0) != tc.wantReaped {
-				t.Errorf("tombstone at %s left: %v, want removed %v", keys[2], got, tc.wantReaped)
-			}
-		})
+				rawPut(t, ctx, s, keys[1], "someone else's")
+				clk.Add(testValidity + time.Second)
+				b.reapOnce(ctx)
+				for k, want := range map[string]string{keys[0]: "mine", keys[1]: "someone else's"} {
+					if c, info, ok := read(t, ctx, s, k); !ok || IsTombstone(info) || c != want {
+						t.Errorf("%s = %q (exists %v): the reaper touched a key written after its tombstone", k, c, ok)
+					}
+				}
+				if got := tombstonesAt(t, ctx, s, keys[2:]); (len(got) == 0) != tc.wantReaped {
+					t.Errorf("tombstone at %s left: %v, want removed %v", keys[2], got, tc.wantReaped)
+				}
+			})
+		}
 	}
 }
 
