@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/x509"
 	"errors"
 	"net/url"
 	"os"
@@ -173,6 +174,15 @@ func (l *loader) buildEtcd() (*Etcd, error) {
 			return nil, keyErr(f.key, "cannot read %s: %v", abs, errors.Unwrap(err))
 		}
 		*f.dst = abs
+	}
+	if e.CAFile != "" {
+		b, err := os.ReadFile(e.CAFile)
+		if err != nil {
+			return nil, keyErr("etcd.ca_file", "cannot read %s: %v", e.CAFile, errors.Unwrap(err))
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			return nil, keyErr("etcd.ca_file", "%s holds no PEM certificate", e.CAFile)
+		}
 	}
 	if (e.CertFile == "") != (e.KeyFile == "") {
 		if e.KeyFile == "" {

@@ -144,7 +144,10 @@ func Campaign(ctx context.Context, client *clientv3.Client, name string, opts El
 		relCtx, cancel := context.WithTimeout(context.Background(), ttl)
 		defer cancel()
 		_ = e.Release(relCtx)
-		if lerr := e.Err(); errors.Is(lerr, ErrLost) && !errors.Is(err, ErrTokenSource) {
+		switch lerr := e.Err(); {
+		case errors.Is(err, ErrTokenSource):
+			return nil, err // names the token already
+		case errors.Is(lerr, ErrLost):
 			return nil, fmt.Errorf("%w while binding token %d", lerr, e.token)
 		}
 		return nil, fmt.Errorf("binding token %d: %w", e.token, err)

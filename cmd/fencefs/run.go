@@ -47,7 +47,7 @@ type runOptions struct {
 func newRunCmd() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run --lease NAME --mount MOUNTPOINT [flags] -- COMMAND [ARGS...]",
+		Use:   "run [--etcd URL[,URL...]] --lease NAME --mount MOUNTPOINT [flags] -- COMMAND [ARGS...]",
 		Short: "Run a command while holding a lease, fenced by the lease's token",
 		Long: `Wait for the lease NAME on the bucket of the fencefs mount at MOUNTPOINT,
 bind the next fencing token on that mount (as "setfattr -n user.fencefs.token
@@ -77,6 +77,16 @@ The bucket (and prefix) are read from the mount (its source in
 hands out. Tokens are per fence domain: binding one fences every other writer
 of the domain, so use one lease name per fence domain.
 
+With --etcd (or etcd.endpoints set in the environment or the config file)
+the leader is elected in etcd instead: fencefs run campaigns in the election
+NAME (under --etcd-prefix, in a session whose lease has the TTL), and once it
+wins, binds the leader key's create revision as the token. The leadership is
+lost when the session ends (keepalives unanswered for the TTL: etcd
+unreachable, the lease expired) or the key is deleted; COMMAND is then
+stopped the same way, and fencefs run exits 75. It resigns when COMMAND
+exits. A fence domain takes its tokens from one source: a revision not above
+the bucket's epoch is refused (see docs/ETCD.md).
+
 Exit status: COMMAND's; 75 if the lease was lost; 126/127 if COMMAND cannot be
 run; 2 for usage errors; 1 for other failures; 130/143 if interrupted while
 waiting.`,
@@ -95,7 +105,7 @@ waiting.`,
 	f.DurationVar(&o.ttl, "ttl", lease.DefaultTTL, "lease TTL: renewed every TTL/3, lost without a renewal for 4/5 of it")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
 	f.BoolVar(&o.foreground, "foreground", false, "run COMMAND in this process group (it can read the terminal; its children are not signalled)")
-	addAdminFlags(cmd, config.GroupMetrics)
+	addAdminFlags(cmd, config.GroupMetrics|config.GroupEtcd)
 	f.String("fence-domain", config.DomainBucket, "fence domain of the mount: bucket or prefix")
 	return cmd
 }
@@ -114,6 +124,15 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	if err := lease.ValidName(o.lease); err != nil {
 		return usageErrorf("--lease: %v", err)
+	}
+	ec, err := config.LoadEtcd(config.Source{Flags: cmd.Flags()})
+	if err != nil {
+		return usageError{err}
+	}
+	if ec.Enabled() {
+		if err := checkEtcdTTL(o.ttl); err != nil {
+			return err
+		}
 	}
 	mp, err := filepath.Abs(o.mount)
 	if err != nil {
@@ -167,9 +186,15 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		return interruptedOr(endWait(), o, err)
 	}
 	defer env.close()
-	var held atomic.Pointer[lease.Lease] // for /healthz, once acquired
+	setSecrets(append(env.cfg.Secrets(), ec.Secrets()...))
+	var held atomic.Pointer[lease.Leader] // for /healthz, once acquired
 	if addr := env.cfg.Metrics.Addr; addr != "" {
-		ms, err := listenMetrics(addr, reg, func() (int, string) { return leaseHealth(o.lease, held.Load()) })
+		ms, err := listenMetrics(addr, reg, func() (int, string) {
+			if p := held.Load(); p != nil {
+				return leaseHealth(o.lease, *p)
+			}
+			return leaseHealth(o.lease, nil)
+		})
 		if err != nil {
 			return interruptedOr(endWait(), o, err)
 		}
@@ -180,19 +205,20 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 			ms.close(ctx)
 		}()
 	}
-	domain := env.cfg.DomainKeyPrefix()
-	env.log.Info("waiting for the lease", "lease", o.lease, "bucket", env.cfg.S3.Bucket, "domain", domain, "mount", mp)
-	l, err := lease.Acquire(waitCtx, env.store, o.lease, lease.Options{
-		TTL:        o.ttl,
-		Domain:     domain,
-		Bind:       mountBinder(mp),
-		Logger:     env.log,
-		Registerer: reg,
-	})
-	if err != nil {
-		return interruptedOr(endWait(), o, explainStoreErr(env.cfg, err))
+	var (
+		l          lease.Leader
+		closeElect = func() {}
+	)
+	if ec.Enabled() {
+		l, closeElect, err = campaignEtcd(waitCtx, ec, env, o, mp, reg)
+	} else {
+		l, err = acquireS3Lease(waitCtx, env, o, mp, reg)
 	}
-	held.Store(l)
+	if err != nil {
+		return interruptedOr(endWait(), o, err)
+	}
+	defer closeElect()
+	held.Store(&l)
 
 	releaseLease := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), o.ttl)
@@ -287,6 +313,24 @@ loop:
 	return nil
 }
 
+// acquireS3Lease waits for the lease o.lease on the bucket and binds the
+// register's next epoch on the mount at mp.
+func acquireS3Lease(ctx context.Context, env *adminEnv, o runOptions, mp string, reg prometheus.Registerer) (lease.Leader, error) {
+	domain := env.cfg.DomainKeyPrefix()
+	env.log.Info("waiting for the lease", "lease", o.lease, "bucket", env.cfg.S3.Bucket, "domain", domain, "mount", mp)
+	l, err := lease.Acquire(ctx, env.store, o.lease, lease.Options{
+		TTL:        o.ttl,
+		Domain:     domain,
+		Bind:       mountBinder(mp, config.TokenAuto),
+		Logger:     env.log,
+		Registerer: reg,
+	})
+	if err != nil {
+		return nil, explainStoreErr(env.cfg, err)
+	}
+	return l, nil
+}
+
 // interruptedOr reports an interruption by sig while waiting (exit
 // 128+sig), or err when sig is nil.
 func interruptedOr(sig os.Signal, o runOptions, err error) error {
@@ -350,11 +394,12 @@ func fencefsMountSource(mp string) (source string, ok bool, err error) {
 	return m.Source, true, nil
 }
 
-// mountBinder binds the register's next epoch on the mount at mp through
-// its root xattr and returns the token bound. The setxattr blocks for the
-// bind and its takeover sweep; if ctx ends first the call is abandoned (the
-// syscall cannot be interrupted) and ctx's error returned.
-func mountBinder(mp string) func(ctx context.Context) (uint64, error) {
+// mountBinder binds token (a number, or "auto": the register's next epoch)
+// on the mount at mp through its root xattr and returns the token bound.
+// The setxattr blocks for the bind and its takeover sweep; if ctx ends
+// first the call is abandoned (the syscall cannot be interrupted) and ctx's
+// error returned.
+func mountBinder(mp, token string) func(ctx context.Context) (uint64, error) {
 	return func(ctx context.Context) (uint64, error) {
 		type res struct {
 			tok uint64
@@ -362,7 +407,7 @@ func mountBinder(mp string) func(ctx context.Context) (uint64, error) {
 		}
 		ch := make(chan res, 1)
 		go func() {
-			if err := unix.Setxattr(mp, xattrPrefix+"token", []byte(config.TokenAuto), 0); err != nil {
+			if err := unix.Setxattr(mp, xattrPrefix+"token", []byte(token), 0); err != nil {
 				ch <- res{err: explainBindErrno(mp, err)}
 				return
 			}
@@ -401,10 +446,10 @@ func explainBindErrno(mp string, err error) error {
 	return fmt.Errorf("binding a token on %s: %v", mp, err)
 }
 
-// leaseHealth is fencefs run's /healthz: 200 while the lease is held (the
-// command runs), 503 while waiting for it and after it was lost or
-// released. The body says which.
-func leaseHealth(name string, l *lease.Lease) (int, string) {
+// leaseHealth is fencefs run's /healthz: 200 while the lease (or the etcd
+// leadership) is held (the command runs), 503 while waiting for it (l nil)
+// and after it was lost or released. The body says which.
+func leaseHealth(name string, l lease.Leader) (int, string) {
 	switch {
 	case l == nil:
 		return http.StatusServiceUnavailable, fmt.Sprintf("waiting for lease %s", name)

@@ -21,15 +21,15 @@ func TestRunHealthFollowsTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := func() *lease.Lease { return l }
+	held := func() lease.Leader { return l }
 	for _, tc := range []struct {
 		name   string
-		l      func() *lease.Lease
+		l      func() lease.Leader
 		end    bool // release first
 		code   int
 		inBody string
 	}{
-		{"waiting", func() *lease.Lease { return nil }, false, 503, "waiting for lease primary"},
+		{"waiting", func() lease.Leader { return nil }, false, 503, "waiting for lease primary"},
 		{"held", held, false, 200, "ok lease=primary token=7"},
 		{"released", held, true, 503, "lease primary ended: lease released"},
 	} {
