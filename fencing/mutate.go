@@ -251,6 +251,7 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 		switch {
 		case err == nil:
 			g.met.outcome(m.op, "ok")
+			g.committed(m)
 			return info, nil
 		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
 			cur, exists, herr := g.head(ctx, m.key)
@@ -305,6 +306,7 @@ func (g *Guard) resolveFailed(ctx context.Context, m *mutation, cur objstore.Obj
 	switch resolve(m.kind, cur, exists, m.ts.token, m.wid, m.base) {
 	case outcomeOurs:
 		g.met.outcome(m.op, "resolved_ours")
+		g.committed(m)
 		return cur, nil, nil
 	case outcomeFenced:
 		s := stampOf(cur.Meta)

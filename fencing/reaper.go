@@ -169,6 +169,21 @@ func (r *reaper) forget(key, etag string) {
 	}
 }
 
+// committed is told of every mutation that landed: a Put or Copy replaced
+// whatever tombstone this Guard knew of at its key.
+func (g *Guard) committed(m *mutation) {
+	if m.kind != kindPut {
+		return
+	}
+	r := &g.tombs
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.known[m.key]; ok {
+		delete(r.known, m.key)
+		r.dirty = true
+	}
+}
+
 // startReaper starts the background loop once (at the first activation).
 func (g *Guard) startReaper() {
 	r := &g.tombs

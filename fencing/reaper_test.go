@@ -213,6 +213,9 @@ func TestReaperNeverDeletesAKeyWrittenAfterItsTombstone(t *testing.T) {
 				if _, err := gput(ctx, b, keys[0], "mine", VersionOf(info)); err != nil {
 					t.Fatal(err)
 				}
+				if known := b.knownTombstones(); len(known) != 2 {
+					t.Errorf("known after the create over t/f0: %+v, want t/f1 and t/f2", known)
+				}
 				rawPut(t, ctx, s, keys[1], "someone else's")
 				clk.Add(testValidity + time.Second)
 				b.reapOnce(ctx)
