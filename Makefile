@@ -9,6 +9,7 @@ export FENCEFS_VERSITYGW := $(CURDIR)/bin/versitygw
 export FENCEFS_FAILPOINT_BIN := $(CURDIR)/bin/fencefs-failpoints
 export FENCEFS_DEMO_BIN := $(CURDIR)/bin/fencefs-demo
 export FENCEFS_ETCD := $(CURDIR)/bin/etcd
+export FENCEFS_PROMTOOL := $(CURDIR)/bin/promtool
 # -race on every test process; the fencefs binary mounted by end-to-end tests is a normal build.
 TESTFLAGS ?= -race
 TEST_TIMEOUT ?= 14m
@@ -42,8 +43,25 @@ $(BIN)/etcd: tools/etcd/go.mod tools/etcd/go.sum tools/etcd/main.go
 	@echo "building etcd into bin/ from tools/etcd (first time takes about half a minute)"
 	cd tools/etcd && $(GO) build -o $(CURDIR)/$(BIN)/etcd .
 
-## deps: what the tests need from the system (fuse3 for fusermount3), plus the gateway and etcd
-deps: $(BIN)/versitygw $(BIN)/etcd
+## promtool, which checks and unit-tests deploy/prometheus: the one on PATH, else taken out of
+## Debian's prometheus package (apt-get download: the server is not installed, nor started)
+$(BIN)/promtool:
+	@mkdir -p $(BIN)
+	@if command -v promtool >/dev/null 2>&1; then ln -sf "$$(command -v promtool)" $@; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  echo "extracting promtool from Debian's prometheus package into bin/"; \
+	  tmp="$$(mktemp -d)"; \
+	  if ! (cd "$$tmp" && apt-get download -qq prometheus 2>/dev/null) && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && (cd "$$tmp" && apt-get download -qq prometheus 2>/dev/null); \
+	  fi; \
+	  if ls "$$tmp"/prometheus_*.deb >/dev/null 2>&1; then \
+	    dpkg-deb --fsys-tarfile "$$tmp"/prometheus_*.deb | tar -xO ./usr/bin/promtool > $@.tmp && chmod 0755 $@.tmp && mv $@.tmp $@; \
+	  else echo "could not download Debian's prometheus package: install promtool (the deploy tests need it)"; fi; \
+	  rm -rf "$$tmp"; \
+	else echo "promtool is missing: install it (Debian: the prometheus package); the deploy tests need it"; fi
+
+## deps: what the tests need from the system (fuse3 for fusermount3), plus the gateway, etcd and promtool
+deps: $(BIN)/versitygw $(BIN)/etcd $(BIN)/promtool
 	@if ! command -v fusermount3 >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing fuse3 (fusermount3) with apt-get"; \
