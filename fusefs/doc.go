@@ -25,7 +25,9 @@
 // it; then the object is copied into a staging file under the cache
 // directory (pinned to the ETag the mount saw), writes go there, and the
 // whole file is committed with Guard.Put on flush (every close), fsync and
-// release. The commit is conditioned on the version the mount read (on
+// release — except a close while the only change is the open's own (empty
+// new file, O_TRUNC) and the closing process still holds the file through
+// another descriptor, as shell redirects and dd do (flush.go). The commit is conditioned on the version the mount read (on
 // absence for a new file, on the tombstone for a file created over a deleted
 // key): fsync and close succeed only when the data is stored under an epoch
 // that was still valid, and report the failure otherwise. A new file is
@@ -45,7 +47,8 @@
 // # Reads and caching
 //
 // Reads are GETs pinned to the ETag the node holds (a changed object reads
-// as ESTALE, never as a mix of versions): a sequential reader gets one
+// as ESTALE once the handle returned bytes, never as a mix of versions; a
+// handle that returned none moves to the current version, replace.go): a sequential reader gets one
 // streaming GET from its position to the end, read ahead into pooled 1 MiB
 // buffers (2 MiB ahead, growing to 16 MiB) that READ replies point into
 // without a copy; random reads are one ranged GET each (readahead.go,
@@ -54,7 +57,8 @@
 // time. A node with open handles is never refreshed
 // from the store (close-to-open consistency). The kernel caches attributes
 // and entries for Options.AttrTTL and EntryTTL; nodes trust the metadata they
-// fetched for Options.MetaCacheTTL. A directory's last listing (or its
+// fetched for Options.MetaCacheTTL, and forget all of it when the mount
+// becomes the leader or learns it is fenced (activate.go). A directory's last listing (or its
 // creation by this mount) answers lookups of names it did not show with
 // ENOENT for EntryTTL, like the kernel's negative entries (names.go). The
 // mount's own changes update its nodes at once.
