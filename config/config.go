@@ -41,9 +41,14 @@ type S3 struct {
 	CredentialsFile string
 	CAFile          string
 	PathStyle       bool
-	// Timeout bounds the wait for one request's response (then it is
-	// retried); also the bound of one fencing validation round.
+	// Timeout is the idle timeout of a request: it fails once no byte
+	// has moved for this long (then it is retried within RetryDeadline).
 	Timeout time.Duration
+	// ConnectTimeout bounds connecting (TCP and TLS).
+	ConnectTimeout time.Duration
+	// RetryDeadline bounds the retries of one request, and of one fencing
+	// mutation as a whole; also the bound of one fencing validation round.
+	RetryDeadline time.Duration
 	// Concurrency is the number of multipart parts in flight per upload.
 	Concurrency int
 	// PartSizeMiB is the multipart part size in MiB.
@@ -273,6 +278,12 @@ func (c *Config) Validate(requireMount bool) error {
 	}
 	if c.S3.Timeout <= 0 {
 		return keyErr("s3.timeout", "%v is not positive (accepted: a duration such as 30s)", c.S3.Timeout)
+	}
+	if c.S3.ConnectTimeout <= 0 {
+		return keyErr("s3.connect_timeout", "%v is not positive (accepted: a duration such as 5s)", c.S3.ConnectTimeout)
+	}
+	if c.S3.RetryDeadline <= 0 {
+		return keyErr("s3.retry_deadline", "%v is not positive (accepted: a duration such as 15s)", c.S3.RetryDeadline)
 	}
 	if c.S3.Concurrency < 1 || c.S3.Concurrency > 64 {
 		return keyErr("s3.concurrency", "%d is out of range (accepted: 1 to 64)", c.S3.Concurrency)

@@ -178,6 +178,8 @@ func TestLoadErrorsNameTheKeyAndAcceptedValues(t *testing.T) {
 		{"zero signed request validity", invocation{args: []string{"--signed-request-validity", "0s"}}, []string{"fence.signed_request_validity", "not positive"}},
 		{"bad s3 timeout", invocation{args: []string{"--s3-timeout", "fast"}}, []string{"s3.timeout", "duration"}},
 		{"zero s3 timeout", invocation{args: []string{"--s3-timeout", "0s"}}, []string{"s3.timeout", "not positive"}},
+		{"bad connect timeout", invocation{args: []string{"-o", "s3_connect_timeout=soon"}}, []string{"s3.connect_timeout (-o s3_connect_timeout)", "duration"}},
+		{"zero retry deadline", invocation{env: []string{"FENCEFS_S3_RETRY_DEADLINE=0s"}}, []string{"s3.retry_deadline", "not positive"}},
 		{"concurrency not a number", invocation{args: []string{"--s3-concurrency", "many"}}, []string{"s3.concurrency", "not a number"}},
 		{"concurrency out of range", invocation{args: []string{"--s3-concurrency", "0"}}, []string{"s3.concurrency", "1 to 64"}},
 		{"part size too small", invocation{args: []string{"--part-size-mib", "4"}}, []string{"s3.part_size_mib", "5 to 5120"}},
@@ -233,7 +235,7 @@ func TestLoadErrorsNameTheKeyAndAcceptedValues(t *testing.T) {
 func TestValidateRejectsEachBadField(t *testing.T) {
 	good := func() *Config {
 		return &Config{
-			S3:      S3{Region: "us-east-1", Bucket: "bucket", Timeout: time.Minute, Concurrency: 4, PartSizeMiB: 8},
+			S3:      S3{Region: "us-east-1", Bucket: "bucket", Timeout: time.Minute, ConnectTimeout: time.Second, RetryDeadline: time.Minute, Concurrency: 4, PartSizeMiB: 8},
 			Fence:   Fence{Mode: ModeStrict, Domain: DomainBucket, SignedRequestValidity: time.Minute},
 			Mount:   Mount{Mountpoint: "/mnt", FileMode: 0o644, DirMode: 0o755, CacheDir: "/c"},
 			Log:     Log{Level: "info", Format: "text"},
@@ -251,6 +253,8 @@ func TestValidateRejectsEachBadField(t *testing.T) {
 	}{
 		{"missing bucket", func(c *Config) { c.S3.Bucket = "" }, true, "s3.bucket"},
 		{"zero timeout", func(c *Config) { c.S3.Timeout = 0 }, true, "s3.timeout"},
+		{"zero connect timeout", func(c *Config) { c.S3.ConnectTimeout = 0 }, true, "s3.connect_timeout"},
+		{"zero retry deadline", func(c *Config) { c.S3.RetryDeadline = 0 }, true, "s3.retry_deadline"},
 		{"part size too large", func(c *Config) { c.S3.PartSizeMiB = 6000 }, true, "s3.part_size_mib"},
 		{"IP address bucket", func(c *Config) { c.S3.Bucket = "10.0.0.1" }, true, "s3.bucket"},
 		{"prefix with leading slash", func(c *Config) { c.S3.Prefix = "/a/" }, true, "s3.prefix"},

@@ -449,6 +449,8 @@ func (l *loader) build() (*Config, error) {
 	c.S3.CAFile = str("s3.ca_file")
 	c.S3.PathStyle = boolean("s3.path_style")
 	c.S3.Timeout = duration("s3.timeout")
+	c.S3.ConnectTimeout = duration("s3.connect_timeout")
+	c.S3.RetryDeadline = duration("s3.retry_deadline")
 	c.S3.Concurrency = integer("s3.concurrency")
 	c.S3.PartSizeMiB = integer("s3.part_size_mib")
 

@@ -158,14 +158,7 @@ func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (
 	for attempt := 0; attempt < maxBindAttempts; attempt++ {
 		reg, etag, exists, err := g.readRegister(ctx)
 		if err != nil {
-			if ctx.Err() != nil || !isTransient(err) {
-				return 0, err
-			}
-			lastErr = err
-			if berr := backoff(ctx, attempt); berr != nil {
-				return 0, err
-			}
-			continue
+			return 0, err // transient failures: the store retried already
 		}
 		if exists {
 			g.noteRegister(reg, etag)
@@ -209,13 +202,7 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 	for attempt := 0; attempt < maxBindAttempts; attempt++ {
 		reg, etag, exists, err := g.readRegister(ctx)
 		if err != nil {
-			if ctx.Err() != nil || !isTransient(err) {
-				return 0, err
-			}
-			if berr := backoff(ctx, attempt); berr != nil {
-				return 0, err
-			}
-			continue
+			return 0, err // transient failures: the store retried already
 		}
 		if exists {
 			g.noteRegister(reg, etag)
@@ -283,29 +270,21 @@ func (g *Guard) reserve(ctx context.Context, n uint64, claim string) error {
 	doc := reservation{Format: FormatVersion, Epoch: n, Holder: g.holder, ClaimID: claim, ReservedAt: g.cfg.Now().UTC()}
 	b, _ := json.Marshal(doc)
 	key := g.lay.reservation(n)
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		_, err = g.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
-			Cond: objstore.Condition{IfNoneMatch: true}, Shape: objstore.ShapePlain, ContentType: "application/json"})
-		if err == nil {
-			return nil
+	// One attempt: the store retries transient failures itself.
+	_, err := g.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
+		Cond: objstore.Condition{IfNoneMatch: true}, Shape: objstore.ShapePlain, ContentType: "application/json"})
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, objstore.ErrPrecondition) {
+		existing, rerr := readReservation(ctx, g.store, key)
+		if rerr != nil {
+			return unverifiedErr("reading the reservation of epoch %d: %v", n, rerr)
 		}
-		if errors.Is(err, objstore.ErrPrecondition) {
-			existing, rerr := readReservation(ctx, g.store, key)
-			if rerr != nil {
-				return unverifiedErr("reading the reservation of epoch %d: %v", n, rerr)
-			}
-			if _, refuse := reservationOurs(existing, g.holder, claim); refuse != nil {
-				return refuse
-			}
-			return nil
+		if _, refuse := reservationOurs(existing, g.holder, claim); refuse != nil {
+			return refuse
 		}
-		if !isTransient(err) {
-			break
-		}
-		if berr := backoff(ctx, attempt); berr != nil {
-			break
-		}
+		return nil
 	}
 	return unverifiedErr("reserving epoch %d: %v", n, err)
 }

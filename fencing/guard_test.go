@@ -417,32 +417,52 @@ func waitFor(t testing.TB, ctx context.Context, cond func() bool) {
 	}
 }
 
-func TestConflictsAreRetriedWithTheSameWriteID(t *testing.T) {
-	ctx := testCtx(t, 10*time.Second)
-	s := memstore.New()
-	g := newGuard(t, s, Config{Holder: "A"})
-	bind(t, ctx, g, 1)
-	var attempts atomic.Int32
-	var wids sync.Map
-	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
-		if ev.Op == memstore.OpPut && ev.Key == "c" && ev.Phase == memstore.PhaseBefore {
-			if attempts.Add(1) <= 2 {
-				return objstore.ErrConflict // 409: a concurrent conditional operation
+// TestTransientFailuresAreLeftToTheStoresRetries checks that Guard retries
+// nothing itself (the store is the one owner of retries, within the retry
+// deadline Guard gives each mutation): a 409 or a 503 the store gives up on
+// costs one commit attempt, fails with that error, and lands nothing.
+func TestTransientFailuresAreLeftToTheStoresRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		unknown bool // the outcome is reported unknown (maybe applied)
+	}{
+		{"conflict", objstore.ErrConflict, false},
+		{"unavailable", objstore.ErrUnavailable, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 10*time.Second)
+			s := memstore.New()
+			g := newGuard(t, s, Config{Holder: "A", OpTimeout: 7 * time.Second})
+			bind(t, ctx, g, 1)
+			var attempts atomic.Int32
+			var budget atomic.Int64 // the retry deadline the store saw, from now
+			s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+				if ev.Op == memstore.OpPut && ev.Key == "c" && ev.Phase == memstore.PhaseBefore {
+					attempts.Add(1)
+					if d, ok := objstore.RetryDeadline(ctx); ok {
+						budget.Store(int64(time.Until(d)))
+					}
+					return tc.err
+				}
+				return nil
+			})
+			_, err := gput(ctx, g, "c", "x", Version{})
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("Put through a store that gave up: %v, want %v", err, tc.err)
 			}
-		}
-		if ev.Op == memstore.OpPut && ev.Key == "c" && ev.Phase == memstore.PhaseAfter && ev.Err == nil {
-			wids.Store(ev.Info.Meta[MetaWID], true)
-		}
-		return nil
-	})
-	info, err := gput(ctx, g, "c", "x", Version{})
-	if err != nil {
-		t.Fatalf("Put through two 409s: %v", err)
-	}
-	if n := attempts.Load(); n != 3 {
-		t.Errorf("%d attempts, want 3", n)
-	}
-	if _, ok := wids.Load(info.Meta[MetaWID]); !ok {
-		t.Errorf("the committed write id %s is not the one returned", info.Meta[MetaWID])
+			if got := strings.Contains(err.Error(), "outcome unknown"); got != tc.unknown {
+				t.Errorf("error %q: outcome unknown = %v, want %v", err, got, tc.unknown)
+			}
+			if n := attempts.Load(); n != 1 {
+				t.Errorf("%d commit attempts, want 1 (the store retries, not Guard)", n)
+			}
+			if b := time.Duration(budget.Load()); b <= 0 || b > 7*time.Second {
+				t.Errorf("the commit ran with %v of retry budget left, want (0, 7s] (the mutation's OpTimeout)", b)
+			}
+			if _, _, ok := read(t, ctx, s, "c"); ok {
+				t.Error("c exists")
+			}
+		})
 	}
 }

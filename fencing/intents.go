@@ -330,41 +330,30 @@ func (g *Guard) Reserve(ctx context.Context, intents ...Intent) (release func())
 	}
 }
 
-// putDoc writes a JSON protocol document unconditionally, retrying
-// transient failures.
+// putDoc writes a JSON protocol document unconditionally (the store retries
+// transient failures).
 func (g *Guard) putDoc(ctx context.Context, key string, doc any) error {
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return err
 	}
-	return retryTransient(ctx, func() error {
-		_, err := g.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{Shape: objstore.ShapePlain, ContentType: "application/json"})
-		return err
-	})
-}
-
-// retryTransient runs f, retrying ErrUnavailable and ErrConflict with
-// backoff (a few attempts).
-func retryTransient(ctx context.Context, f func() error) error {
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		err = f()
-		if err == nil || !isTransient(err) {
-			return err
-		}
-		if werr := backoff(ctx, attempt); werr != nil {
-			return err
-		}
-	}
+	_, err = g.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{Shape: objstore.ShapePlain, ContentType: "application/json"})
 	return err
 }
 
+// retryTransient runs f once: transient failures are retried by the store
+// within its retry deadline, never again here (see "Retries" in the package
+// documentation). Kept for callers that still wrap their calls in it.
+func retryTransient(_ context.Context, f func() error) error { return f() }
+
+// isTransient reports a transient storage failure that the store already
+// retried within its deadline (it is not retried again here).
 func isTransient(err error) bool {
 	return errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, objstore.ErrConflict)
 }
 
-// backoff sleeps before retry number attempt (jittered exponential, 10 ms
-// to 1 s).
+// backoff sleeps before re-deciding after a lost race (attempt number
+// attempt: jittered exponential, 10 ms to 1 s).
 func backoff(ctx context.Context, attempt int) error {
 	d := 10 * time.Millisecond << min(attempt, 7)
 	if d > time.Second {

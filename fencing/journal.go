@@ -76,7 +76,7 @@ func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
 	put := func() error {
 		info, err := g.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
 			Cond: objstore.Condition{IfNoneMatch: true}, Shape: objstore.ShapePlain, ContentType: "application/json"})
-		if errors.Is(err, objstore.ErrPrecondition) {
+		if errors.Is(err, objstore.ErrPrecondition) || isTransient(err) && objstore.MaybeApplied(err) {
 			// A lost response of our own create (the name is random).
 			cur, curETag, rerr := readIntent(ctx, g.store, jr.name)
 			if rerr == nil && cur.ClaimID == jr.claim && cur.Seq == 0 && cur.Sealed == nil {
@@ -95,8 +95,9 @@ func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
 		// A store that keeps keys as files can refuse the create while a
 		// concurrent sweep removes the epoch's (then empty) directory
 		// (the Versity gateway: ExistingObjectIsDirectory); the name is
-		// random, so any refusal but a precondition is worth a retry.
-		if err == nil || errors.Is(err, objstore.ErrPrecondition) || attempt >= 5 || ctx.Err() != nil {
+		// random, so any refusal but a precondition is worth a retry
+		// (transient failures were retried by the store already).
+		if err == nil || errors.Is(err, objstore.ErrPrecondition) || isTransient(err) || attempt >= 5 || ctx.Err() != nil {
 			break
 		}
 		if berr := backoff(ctx, attempt); berr != nil {
@@ -236,7 +237,6 @@ func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc in
 	if err != nil {
 		return "", err
 	}
-	var lastErr error
 	adopted := 0
 	for attempt := 0; attempt < 6; attempt++ {
 		info, err := g.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
@@ -280,17 +280,21 @@ func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc in
 			}
 			return "", unverifiedErr("the intent journal %s holds write %d, not ours (%d)", jr.name, cur.Seq, doc.Seq)
 		case isTransient(err):
-			lastErr = err
-			if berr := backoff(ctx, attempt); berr != nil {
-				return "", unverifiedErr("writing the intent journal: %v", err)
+			// The store retried already. A write whose response was lost
+			// may have landed: read the journal back once.
+			if objstore.MaybeApplied(err) {
+				if cur, etag, rerr := readIntent(ctx, g.store, jr.name); rerr == nil && cur.Sealed == nil && cur.ClaimID == jr.claim && cur.Seq == doc.Seq {
+					return etag, nil
+				}
 			}
+			return "", unverifiedErr("writing the intent journal %s: %v", jr.name, err)
 		case ctx.Err() != nil:
 			return "", unverifiedErr("writing the intent journal: %v", ctx.Err())
 		default:
 			return "", unverifiedErr("writing the intent journal %s: %v", jr.name, err)
 		}
 	}
-	return "", unverifiedErr("writing the intent journal %s: %v", jr.name, lastErr)
+	return "", unverifiedErr("writing the intent journal %s: gave up after 6 attempts", jr.name)
 }
 
 // readIntent reads an intent object (a journal or a sweep's intent) with

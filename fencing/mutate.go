@@ -10,11 +10,11 @@ import (
 	"github.com/fencefs/fencefs/objstore"
 )
 
-// Retry budgets of one mutation.
-const (
-	maxTransientRetries = 6 // 409 and 5xx/timeouts, same condition and write id
-	maxRebases          = 4 // create over a tombstone and back
-)
+// maxRebases bounds the re-decisions of one mutation (create over a
+// tombstone and back). Transient storage failures are not retried here: the
+// store retries them within the mutation's retry deadline (see "Retries" in
+// the package documentation).
+const maxRebases = 4
 
 // commitFunc performs the store call of a mutation with the given
 // precondition and stamped metadata (and, for Put and Copy, the young ABA
@@ -161,6 +161,8 @@ func (g *Guard) Delete(ctx context.Context, key string, base Version) error {
 // intent (strict), validation (strict, fast), conditional commit, outcome
 // resolution, retries.
 func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objstore.ObjectInfo, error) {
+	// One retry budget for every request of the mutation.
+	ctx = objstore.WithRetryDeadline(ctx, time.Now().Add(g.cfg.OpTimeout))
 	var ki *keyIntent
 	definitive := true
 	defer func() {
@@ -171,7 +173,7 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 			g.settle(ki, definitive)
 		}
 	}()
-	transient, rebases := 0, 0
+	rebases := 0
 	validated := false
 	for {
 		// The ETag-ABA record of the version we replace: known from the
@@ -271,21 +273,22 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 			}
 			m.base, validated = *next, false
 		case isTransient(err):
-			g.met.outcome(m.op, "retry")
-			if transient++; transient > maxTransientRetries {
-				// Out of retries: maybe one attempt landed.
-				if cur, exists, herr := g.head(ctx, m.key); herr == nil && exists && stampOf(cur.Meta).WID == m.wid {
-					g.met.outcome(m.op, "resolved_ours")
-					return cur, nil
+			// The store's retries ran out: maybe one attempt landed (our
+			// write id is there, or what a delete wanted holds).
+			if objstore.MaybeApplied(err) {
+				if cur, exists, herr := g.head(ctx, m.key); herr == nil {
+					switch resolve(m.kind, cur, exists, m.ts.token, m.wid, m.base) {
+					case outcomeOurs, outcomeGone:
+						info, _, rerr := g.resolveFailed(ctx, m, cur, exists)
+						return info, rerr
+					}
 				}
 				definitive = false
 				g.met.outcome(m.op, "unknown")
 				return objstore.ObjectInfo{}, fmt.Errorf("%s %s: outcome unknown after retries: %w", m.op, m.key, err)
 			}
-			if berr := backoff(ctx, transient); berr != nil {
-				definitive = false
-				return objstore.ObjectInfo{}, fmt.Errorf("%s %s: outcome unknown: %w", m.op, m.key, berr)
-			}
+			g.met.outcome(m.op, "error")
+			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: refused after retries: %w", m.op, m.key, err)
 		case errors.Is(err, errNoFreshShape):
 			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: %w", m.op, m.key, err)
 		case errors.Is(err, ErrStreamChanged):
@@ -378,22 +381,14 @@ func (g *Guard) staleOrFenced(ctx context.Context, ts tokenState, op string, key
 
 // head stats key; exists=false when absent.
 func (g *Guard) head(ctx context.Context, key string) (objstore.ObjectInfo, bool, error) {
-	var info objstore.ObjectInfo
-	exists := false
-	err := retryTransient(ctx, func() error {
-		var err error
-		info, err = g.store.Stat(ctx, key)
-		switch {
-		case err == nil:
-			exists = true
-			return nil
-		case errors.Is(err, objstore.ErrNotFound):
-			exists = false
-			return nil
-		}
-		return err
-	})
-	return info, exists, err
+	info, err := g.store.Stat(ctx, key)
+	switch {
+	case err == nil:
+		return info, true, nil
+	case errors.Is(err, objstore.ErrNotFound):
+		return objstore.ObjectInfo{}, false, nil
+	}
+	return objstore.ObjectInfo{}, false, err
 }
 
 // stamped returns the metadata to store: the caller's, minus keys Guard

@@ -181,20 +181,14 @@ func (s sweepState) etag() string {
 }
 
 func (g *Guard) statKey(ctx context.Context, key string) (sweepState, error) {
-	var st sweepState
-	err := retryTransient(ctx, func() error {
-		info, err := g.store.Stat(ctx, key)
-		switch {
-		case err == nil:
-			st = sweepState{exists: true, info: info}
-			return nil
-		case errors.Is(err, objstore.ErrNotFound):
-			st = sweepState{}
-			return nil
-		}
-		return err
-	})
-	return st, err
+	info, err := g.store.Stat(ctx, key)
+	switch {
+	case err == nil:
+		return sweepState{exists: true, info: info}, nil
+	case errors.Is(err, objstore.ErrNotFound):
+		return sweepState{}, nil
+	}
+	return sweepState{}, err
 }
 
 // sweepIntent is the intent a sweep writes for its own rewrites.
@@ -334,10 +328,9 @@ func (g *Guard) sweepKey(ctx context.Context, ts tokenState, si *sweepIntent, t 
 		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
 			continue // changed meanwhile (an older writer landing before we are active): re-stat
 		case isTransient(err):
-			if berr := backoff(ctx, round); berr != nil {
-				return berr
-			}
-			continue
+			// The store retried already; a later sweep (the next bind, or
+			// a re-run of this one) finishes the key.
+			return fmt.Errorf("sweeping %s: %w", t.key, err)
 		case errors.Is(err, errNoFreshShape):
 			if werr := g.waitRecordExpiry(ctx, rec, avoid); werr != nil {
 				return fmt.Errorf("sweeping %s: %w", t.key, err)
@@ -500,7 +493,7 @@ func stampMeta(meta map[string]string, ts tokenState, holder, wid string) {
 // costs the next sweep a rewrite).
 func (g *Guard) deleteIntents(ctx context.Context, names []string) error {
 	return forEach(ctx, len(names), func(ctx context.Context, i int) error {
-		err := retryTransient(ctx, func() error { return g.store.Delete(ctx, names[i], objstore.Condition{}) })
+		err := g.store.Delete(ctx, names[i], objstore.Condition{})
 		if err != nil && !errors.Is(err, objstore.ErrNotFound) {
 			g.log.Warn("deleting a swept intent failed; gc removes it", "intent", names[i], "err", err)
 		}

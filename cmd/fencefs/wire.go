@@ -30,7 +30,7 @@ func fencingConfig(cfg *config.Config, log *slog.Logger, reg prometheus.Register
 		Holder:                cfg.Fence.Holder,
 		SignedRequestValidity: cfg.Fence.SignedRequestValidity,
 		ReapTombstones:        fencing.Reap(cfg.Fence.ReapTombstones),
-		OpTimeout:             cfg.S3.Timeout,
+		OpTimeout:             cfg.S3.RetryDeadline,
 		Logger:                log,
 		Registerer:            reg,
 	}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -52,5 +53,41 @@ func (x *Proxy) Heal(t testing.TB) {
 		if err := x.p.Toxics.RemoveToxic(context.Background(), "cut-"+dir); err != nil {
 			t.Fatalf("heal %s: %v", dir, err)
 		}
+	}
+}
+
+// Slow limits the bandwidth of the link from the client to the server
+// (uploads) to kbps KiB/s, until Unslow: bytes keep moving, slowly.
+func (x *Proxy) Slow(t testing.TB, kbps int) {
+	t.Helper()
+	js := fmt.Sprintf(`{"name":"slow","type":"bandwidth","stream":"upstream","attributes":{"rate":%d}}`, kbps)
+	if _, err := x.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		t.Fatalf("slow: %v", err)
+	}
+}
+
+// Unslow removes Slow's limit.
+func (x *Proxy) Unslow(t testing.TB) {
+	t.Helper()
+	if err := x.p.Toxics.RemoveToxic(context.Background(), "slow"); err != nil {
+		t.Fatalf("unslow: %v", err)
+	}
+}
+
+// Reset makes the proxy reset every connection (TCP RST) as soon as data
+// arrives from the client, until Unreset.
+func (x *Proxy) Reset(t testing.TB) {
+	t.Helper()
+	js := `{"name":"reset","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`
+	if _, err := x.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+}
+
+// Unreset removes Reset's toxic.
+func (x *Proxy) Unreset(t testing.TB) {
+	t.Helper()
+	if err := x.p.Toxics.RemoveToxic(context.Background(), "reset"); err != nil {
+		t.Fatalf("unreset: %v", err)
 	}
 }

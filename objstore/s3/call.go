@@ -15,21 +15,37 @@ const (
 	retryCap  = 2 * time.Second
 )
 
-// call runs one S3 request with retries. fn makes one attempt and returns
-// nil, a context error or a classified *opError. Retryable failures
-// (ErrUnavailable, ErrConflict) are retried up to s.maxRetries times. For a
-// write, a failed attempt whose outcome is unknown makes any later failure
-// an *objstore.UncertainError (see the package documentation).
+// call runs one S3 request with retries; this is the one place of fencefs
+// where transient storage failures are retried. fn makes one attempt and
+// returns nil, a context error or a classified *opError.
+//
+// Retryable failures (ErrUnavailable, ErrConflict) are retried with
+// jittered exponential backoff until the retry deadline — the earlier of
+// Config.RetryDeadline after the call started and objstore.RetryDeadline
+// of ctx — and at most s.maxRetries times when that is set. No attempt
+// starts after the deadline; a running attempt is not cut by it. While the
+// breaker counts the storage as down, an attempt is not sent and the call
+// fails at once (see breaker). For a write, a failed attempt whose outcome
+// is unknown makes any later failure an *objstore.UncertainError (see the
+// package documentation).
 func (s *Store) call(ctx context.Context, op string, write bool, fn func(ctx context.Context) error) error {
 	var uncertain error
+	deadline := time.Now().Add(s.cfg.RetryDeadline)
+	if d, ok := objstore.RetryDeadline(ctx); ok && d.Before(deadline) {
+		deadline = d
+	}
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
+			return s.final(err, uncertain, attempt)
+		}
+		if err := s.brk.allow(ctx, op); err != nil {
 			return s.final(err, uncertain, attempt)
 		}
 		start := time.Now()
 		err := fn(ctx)
 		s.m.request(op, err, time.Since(start))
 		if err == nil {
+			s.brk.answered()
 			return nil
 		}
 		var oe *opError
@@ -37,18 +53,28 @@ func (s *Store) call(ctx context.Context, op string, write bool, fn func(ctx con
 			// A context error: the call is abandoned.
 			return s.final(err, uncertain, attempt+1)
 		}
+		if oe.answered {
+			s.brk.answered()
+		} else if oe.sentinel == objstore.ErrUnavailable && ctx.Err() == nil {
+			s.brk.failed(err, oe.down)
+		}
 		if write && !oe.certain && uncertain == nil {
 			uncertain = err
 		}
-		if !oe.retryable() || attempt >= s.maxRetries {
+		if !oe.retryable() || s.maxRetries >= 0 && attempt >= s.maxRetries {
 			return s.final(err, uncertain, attempt+1)
 		}
-		s.m.retry(op)
 		d := retryBase << attempt
 		if d > retryCap || d <= 0 {
 			d = retryCap
 		}
 		d = d/2 + rand.N(d/2+1)
+		left := time.Until(deadline)
+		if left <= 0 {
+			return s.final(err, uncertain, attempt+1)
+		}
+		d = min(d, left)
+		s.m.retry(op)
 		s.log.Debug("s3: retrying", "op", op, "attempt", attempt+1, "delay", d, "err", err)
 		t := time.NewTimer(d)
 		select {

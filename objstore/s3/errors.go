@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"syscall"
 
 	"github.com/fencefs/fencefs/objstore"
@@ -29,6 +30,12 @@ type opError struct {
 	noRetry bool
 	code    string // S3 error code, when there was one
 	status  int
+	// answered: the server sent an HTTP answer (the storage is up).
+	answered bool
+	// down: no answer because of a timeout or a failed connect (the
+	// storage counts as down at once); a failure that is neither answered
+	// nor down is a broken connection (a reset, an EOF).
+	down bool
 }
 
 func (e *opError) Error() string { return e.msg + ": " + e.sentinel.Error() }
@@ -78,9 +85,16 @@ func (s *Store) classify(err error, what, key string) error {
 	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) {
 		certain = true
 	}
+	var ne net.Error
+	timeout := errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 	var ue *url.Error
 	if errors.As(err, &ue) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, new(net.Error)) || certain {
-		return &opError{sentinel: objstore.ErrUnavailable, msg: fmt.Sprintf("%s: cannot reach %s: %v", where, s.endpoint.Redacted(), err), certain: certain}
+		why := "cannot reach"
+		if timeout && !certain {
+			why = fmt.Sprintf("no byte moved for %v to or from", s.cfg.IdleTimeout)
+		}
+		return &opError{sentinel: objstore.ErrUnavailable, msg: fmt.Sprintf("%s: %s %s: %v", where, why, s.endpoint.Redacted(), err),
+			certain: certain, down: certain || timeout}
 	}
 	// Anything else is unknown: treat it as an unknown outcome.
 	return &opError{sentinel: objstore.ErrUnavailable, msg: fmt.Sprintf("%s: %v", where, err)}
@@ -94,7 +108,7 @@ func (s *Store) classifyResponse(er minio.ErrorResponse, where string) *opError 
 	if er.StatusCode != 0 {
 		detail += fmt.Sprintf(" (HTTP %d)", er.StatusCode)
 	}
-	e := &opError{msg: where + ": " + detail, certain: true, code: er.Code, status: er.StatusCode}
+	e := &opError{msg: where + ": " + detail, certain: true, code: er.Code, status: er.StatusCode, answered: er.StatusCode != 0}
 	switch er.Code {
 	case "NoSuchBucket":
 		e.sentinel = objstore.ErrNoBucket
@@ -119,7 +133,9 @@ func (s *Store) classifyResponse(er minio.ErrorResponse, where string) *opError 
 	case "SlowDown", "ServiceUnavailable", "Busy":
 		e.sentinel = objstore.ErrUnavailable
 		return e
-	case "RequestTimeout", "InternalError", "ExpiredRequest":
+	case "RequestTimeout", "InternalError", "ExpiredRequest", "ClientDisconnected":
+		// ClientDisconnected: MinIO's HTTP 499, while another client is
+		// stopped mid-request; the request may have been applied.
 		e.sentinel = objstore.ErrUnavailable
 		e.certain = false
 		return e
@@ -150,16 +166,34 @@ func (s *Store) classifyResponse(er minio.ErrorResponse, where string) *opError 
 		e.sentinel = objstore.ErrConflict
 	case st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests:
 		e.sentinel = objstore.ErrUnavailable
-	case st >= 500:
+	case st >= 500, st == 499, st == http.StatusRequestTimeout:
+		// 499: nginx's and MinIO's "client closed request".
 		e.sentinel = objstore.ErrUnavailable
 		e.certain = false
 	case st == 0:
 		// minio-go's own argument checks (invalid names, sizes).
 		e.sentinel = objstore.ErrInvalid
-	default:
+	case invalidStatus[st]:
 		e.sentinel = objstore.ErrInvalid
+	default:
+		// A status whose meaning is unknown here: the storage is in
+		// trouble, not the request (EIO, never EINVAL). Not retried, and
+		// the outcome of a write is unknown.
+		e.sentinel = objstore.ErrUnavailable
+		e.certain, e.noRetry = false, true
+		e.msg += " (an answer fencefs does not know)"
 	}
 	return e
+}
+
+// invalidStatus are the HTTP statuses that mean the request itself was
+// refused as malformed (ErrInvalid); any other unknown status is
+// ErrUnavailable.
+var invalidStatus = map[int]bool{
+	http.StatusBadRequest: true, http.StatusMethodNotAllowed: true, http.StatusNotAcceptable: true,
+	http.StatusLengthRequired: true, http.StatusRequestEntityTooLarge: true, http.StatusRequestURITooLong: true,
+	http.StatusUnsupportedMediaType: true, http.StatusRequestedRangeNotSatisfiable: true,
+	http.StatusRequestHeaderFieldsTooLarge: true,
 }
 
 // outcome is the metrics label of a request's result.

@@ -46,7 +46,8 @@ type fault struct {
 	method string // request method to match
 	query  string // a query parameter the request must have ("" any)
 	// action: "status" answers status with an S3 error code without
-	// forwarding; "drop" forwards the request (it is applied) and then
+	// forwarding (code "" sends no body); "reset" closes the connection
+	// without forwarding; "drop" forwards the request (it is applied) and then
 	// closes the connection without an answer; "cut" forwards and cuts
 	// the response body after n bytes; "strip" removes the header named
 	// code and re-signs the request before forwarding it (a server that
@@ -103,7 +104,14 @@ func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	p.seen = append(p.seen, &http.Request{Method: r.Method, URL: r.URL, Header: r.Header.Clone(), ContentLength: r.ContentLength})
 	p.mu.Unlock()
 	f := p.match(r)
+	if f != nil && f.action == "reset" {
+		panic(http.ErrAbortHandler) // not forwarded: the connection just breaks
+	}
 	if f != nil && f.action == "status" {
+		if f.code == "" {
+			w.WriteHeader(f.status)
+			return
+		}
 		w.Header().Set("Content-Type", "application/xml")
 		w.WriteHeader(f.status)
 		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>injected</Message></Error>`, f.code)
@@ -146,13 +154,19 @@ func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
 // faultStores returns a store through a new fault proxy, and one talking to
 // the gateway directly (to set up and check state).
 func faultStores(t *testing.T, maxRetries int) (*faultProxy, *s3.Store, *s3.Store) {
+	return faultStoresWith(t, func(c *s3.Config) { c.MaxRetries = maxRetries })
+}
+
+// faultStoresWith is faultStores with the proxied store's configuration
+// changed by set.
+func faultStoresWith(t *testing.T, set func(*s3.Config)) (*faultProxy, *s3.Store, *s3.Store) {
 	gw := gateway.ForTest(t)
 	cfg := config(t, gw)
 	direct := newStore(t, cfg)
 	p := newFaultProxy(t, gw.Endpoint)
 	p.access, p.secret, p.region = gw.AccessKey, gw.SecretKey, gw.Region
 	cfg.Endpoint = p.srv.URL
-	cfg.MaxRetries = maxRetries
+	set(&cfg)
 	return p, newStore(t, cfg), direct
 }
 

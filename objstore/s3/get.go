@@ -84,7 +84,7 @@ func parseISOTime(s string) (time.Time, error) {
 // Get implements objstore.Store. Length <= 0 reads to the end; an Offset
 // at or past the end gives an empty body. The returned reader is bound to
 // ctx. If its body breaks, it resumes with a ranged GET pinned to the ETag
-// of the first response (at most MaxRetries times); if the object changed
+// of the first response (at most MaxRetries times, or 4 when it sets no cap); if the object changed
 // meanwhile, Read fails with ErrPrecondition rather than mixing versions.
 func (s *Store) Get(ctx context.Context, key string, opts objstore.GetOptions) (io.ReadCloser, objstore.ObjectInfo, error) {
 	if err := objstore.ValidateKey(key); err != nil {
@@ -124,6 +124,10 @@ func (s *Store) Get(ctx context.Context, key string, opts objstore.GetOptions) (
 }
 
 var errRangeNotSatisfiable = errors.New("range not satisfiable")
+
+// maxResumes caps the resumes of one read's broken bodies when
+// Config.MaxRetries sets no cap.
+const maxResumes = 3
 
 // getRange sends one GET of [off, end) (end < 0: to the end).
 func (s *Store) getRange(ctx context.Context, key string, off, end int64, ifMatch, ifNoneMatch string) (io.ReadCloser, objstore.ObjectInfo, error) {
@@ -202,9 +206,14 @@ func (r *pinnedReader) Read(p []byte) (int, error) {
 		if err == io.EOF && r.off >= r.end {
 			return n, io.EOF
 		}
-		// A broken or short body.
+		// A broken or short body. One that stalled (the idle timeout)
+		// tells the breaker the storage is down, so the resume fails fast.
 		r.body.Close()
 		r.body = nil
+		var oe *opError
+		if err != io.EOF && errors.As(r.s.classify(err, "get", r.key), &oe) && !oe.answered && oe.sentinel == objstore.ErrUnavailable && r.ctx.Err() == nil {
+			r.s.brk.failed(oe, oe.down)
+		}
 		if cerr := r.ctx.Err(); cerr != nil {
 			r.err = cerr
 			return n, cerr
@@ -217,7 +226,11 @@ func (r *pinnedReader) Read(p []byte) (int, error) {
 }
 
 func (r *pinnedReader) resume() error {
-	if r.resumes >= r.s.maxRetries+1 {
+	limit := r.s.maxRetries
+	if limit < 0 {
+		limit = maxResumes
+	}
+	if r.resumes >= limit+1 {
 		return fmt.Errorf("s3 get %s/%s: body broke %d times: %w", r.s.cfg.Bucket, r.key, r.resumes, objstore.ErrUnavailable)
 	}
 	r.resumes++

@@ -18,6 +18,8 @@ type metrics struct {
 	latency  *prometheus.HistogramVec // fencefs_s3_request_duration_seconds{op}
 	retries  *prometheus.CounterVec   // fencefs_s3_retries_total{op}
 	bytes    *prometheus.CounterVec   // fencefs_s3_bytes_total{direction="up"|"down"}
+	unreach  prometheus.Gauge         // fencefs_s3_unreachable: stores whose breaker is open
+	fast     *prometheus.CounterVec   // fencefs_s3_fast_failures_total{op}
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,11 +44,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fencefs_s3_bytes_total",
 			Help: "Object bytes sent (up) and received (down).",
 		}, []string{"direction"}),
+		unreach: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencefs_s3_unreachable",
+			Help: "Stores that currently count the storage as down (no answer; requests fail at once while it is probed).",
+		}),
+		fast: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencefs_s3_fast_failures_total",
+			Help: "S3 requests not sent because the storage was known down and a probe got no answer, by request kind.",
+		}, []string{"op"}),
 	}
 	m.requests = promreg.Register(reg, m.requests)
 	m.latency = promreg.Register(reg, m.latency)
 	m.retries = promreg.Register(reg, m.retries)
 	m.bytes = promreg.Register(reg, m.bytes)
+	m.unreach = promreg.Register(reg, m.unreach)
+	m.fast = promreg.Register(reg, m.fast)
 	return m
 }
 
@@ -73,5 +85,22 @@ func (m *metrics) up(n int64) {
 func (m *metrics) down(n int64) {
 	if m != nil && n > 0 {
 		m.bytes.WithLabelValues("down").Add(float64(n))
+	}
+}
+
+func (m *metrics) fastFailure(op string) {
+	if m != nil {
+		m.fast.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *metrics) reachable(up bool) {
+	if m == nil {
+		return
+	}
+	if up {
+		m.unreach.Dec()
+	} else {
+		m.unreach.Inc()
 	}
 }

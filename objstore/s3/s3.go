@@ -61,7 +61,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -107,13 +106,28 @@ type Config struct {
 	// Concurrency is the number of parts in flight per upload or copy; 0
 	// means 4.
 	Concurrency int
-	// MaxRetries is the number of retries after a first failed attempt of a
-	// request (for ErrUnavailable and ErrConflict); 0 means 3, negative
-	// means none.
+	// MaxRetries caps the retries after a first failed attempt of a
+	// request (for ErrUnavailable and ErrConflict); 0 means no cap (the
+	// retry deadline decides), negative means none.
 	MaxRetries int
-	// ResponseTimeout bounds the wait for a response's headers once a
-	// request is sent (a stalled server); 0 means 2 minutes.
-	ResponseTimeout time.Duration
+	// RetryDeadline is how long after a request's first attempt a retry
+	// may still start (objstore.WithRetryDeadline can shorten it for a
+	// caller's whole operation); 0 means DefaultRetryDeadline.
+	RetryDeadline time.Duration
+	// ConnectTimeout bounds connecting to the server (TCP and TLS); 0
+	// means DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// IdleTimeout: a request fails (ErrUnavailable, its outcome unknown)
+	// once no byte has moved to or from the server for this long — a
+	// black hole, a stopped server. There is no limit on a request's
+	// total time: a slow upload that keeps moving never times out. 0 means
+	// DefaultIdleTimeout. A server that works longer than this before it
+	// answers (a very large CompleteMultipartUpload on a slow backend)
+	// needs a larger value.
+	IdleTimeout time.Duration
+	// ProbeTimeout bounds the probe a call waits for while the storage is
+	// known down (see the package documentation); 0 means 1 s.
+	ProbeTimeout time.Duration
 	// ListPageSize is the max-keys of each List request; 0 means 1000.
 	ListPageSize int
 	// Logger receives retries and cleanup failures; nil means none.
@@ -122,6 +136,14 @@ type Config struct {
 	// share one Registerer (the collectors are shared).
 	Registerer prometheus.Registerer
 }
+
+// Defaults of Config's timeouts: a black hole fails a request after
+// DefaultIdleTimeout, and the next ones at once (the breaker).
+const (
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultIdleTimeout    = 10 * time.Second
+	DefaultRetryDeadline  = 15 * time.Second
+)
 
 // Store is the S3 implementation of objstore.Store. Create it with New.
 type Store struct {
@@ -133,9 +155,10 @@ type Store struct {
 	creds      *credentials.Credentials
 	http       *http.Client
 	sizing     objstore.Sizing
-	maxRetries int
+	maxRetries int // negative: no cap
 	log        *slog.Logger
 	m          *metrics
+	brk        *breaker
 }
 
 var _ objstore.Store = (*Store)(nil)
@@ -215,8 +238,17 @@ func newStore(cfg Config) (*Store, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 4
 	}
-	if cfg.ResponseTimeout <= 0 {
-		cfg.ResponseTimeout = 2 * time.Minute
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.RetryDeadline <= 0 {
+		cfg.RetryDeadline = DefaultRetryDeadline
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = time.Second
 	}
 	if cfg.ListPageSize <= 0 || cfg.ListPageSize > 1000 {
 		cfg.ListPageSize = 1000
@@ -227,7 +259,7 @@ func newStore(cfg Config) (*Store, error) {
 	}
 	switch {
 	case cfg.MaxRetries == 0:
-		s.maxRetries = 3
+		s.maxRetries = -1
 	case cfg.MaxRetries < 0:
 		s.maxRetries = 0
 	default:
@@ -256,7 +288,8 @@ func newStore(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.http = &http.Client{Transport: tr}
+	rt := tracking{base: tr}
+	s.http = &http.Client{Transport: rt}
 
 	if cfg.AccessKey != "" {
 		s.creds = credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken)
@@ -272,7 +305,7 @@ func newStore(cfg Config) (*Store, error) {
 	core, err := minio.NewCore(u.Host, &minio.Options{
 		Creds:        s.creds,
 		Secure:       s.secure,
-		Transport:    tr,
+		Transport:    rt,
 		Region:       cfg.Region,
 		BucketLookup: lookup,
 		// One attempt per call: this package retries, so that it knows
@@ -284,7 +317,31 @@ func newStore(cfg Config) (*Store, error) {
 	}
 	s.core = core
 	s.m = newMetrics(cfg.Registerer)
+	s.brk = newBreaker(s.probe, cfg.ProbeTimeout, cfg.ConnectTimeout+cfg.IdleTimeout, s.m)
 	return s, nil
+}
+
+// probe asks the server for anything at all (a HEAD of the bucket): nil
+// when it answered, whatever the answer.
+func (s *Store) probe(ctx context.Context) error {
+	resp, err := s.raw(ctx, http.MethodHead, "", nil, nil)
+	var oe *opError
+	switch {
+	case err == nil:
+		resp.Body.Close()
+		return nil
+	case errors.As(err, &oe) && oe.answered:
+		return nil
+	}
+	return err
+}
+
+// Close stops the background probing of a store that counts the storage as
+// down and closes idle connections. Optional: a Store holds no other
+// resources. The Store must not be used after Close.
+func (s *Store) Close() {
+	s.brk.close()
+	s.http.CloseIdleConnections()
 }
 
 // transport builds the HTTP transport: the CA bundle, TLS settings and
@@ -292,16 +349,13 @@ func newStore(cfg Config) (*Store, error) {
 func transport(cfg Config, secure bool) (*http.Transport, error) {
 	tr := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
-		DialContext: (&net.Dialer{
-			Timeout:   10 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
+		// No total or header timeout: see conn.go.
+		DialContext:           dialer(cfg.ConnectTimeout, cfg.IdleTimeout),
 		MaxIdleConns:          256,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
+		TLSHandshakeTimeout:   cfg.ConnectTimeout,
 		ExpectContinueTimeout: 5 * time.Second,
-		ResponseHeaderTimeout: cfg.ResponseTimeout,
 		// S3 bodies are already compressed or opaque; asking for gzip
 		// would make Content-Length unreliable.
 		DisableCompression: true,

@@ -43,6 +43,7 @@ func newStore(t *testing.T, cfg s3.Config) *s3.Store {
 	if err != nil {
 		t.Fatalf("s3.New: %v", err)
 	}
+	t.Cleanup(s.Close)
 	return s
 }
 

@@ -1,0 +1,180 @@
+package s3
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// Breaker tuning.
+const (
+	// brokenToOpen is how many requests in a row must break without an
+	// answer (a reset, an EOF) before the storage counts as down; one
+	// timeout or failed connect is enough.
+	brokenToOpen = 3
+	// probeFresh: a call while the storage is down joins a probe still
+	// running that started at most this long before it arrived, else
+	// starts one.
+	probeFresh = 50 * time.Millisecond
+	// probeEvery is the pause between background probes while down.
+	probeEvery = time.Second
+)
+
+// breaker knows whether the storage answers. It opens when requests fail
+// without an answer (a timeout, a refused connection, or brokenToOpen
+// broken connections in a row); while it is open a request is not sent:
+// the call first waits for a probe (a HEAD of the bucket, bounded by
+// quick) that started with the call (or joins one that started less than
+// probeFresh before it and is still running), and fails at once with
+// ErrUnavailable unless the probe got an answer. So calls fail fast while
+// the storage is down, and the first call after it answers again goes
+// through. A background loop also probes every probeEvery (bounded by
+// slow, for links too slow for quick) and closes the breaker when the
+// storage answers. Any HTTP answer, even an error status, closes it.
+type breaker struct {
+	probe       func(ctx context.Context) error // nil: the server answered
+	quick, slow time.Duration
+	m           *metrics
+	stop        chan struct{} // closed by Close
+
+	mu      sync.Mutex
+	open    bool      // GUARDED_BY(mu)
+	since   time.Time // when it opened; GUARDED_BY(mu)
+	cause   error     // the failure that opened it; GUARDED_BY(mu)
+	broken  int       // broken requests in a row; GUARDED_BY(mu)
+	latest  *probeRun // the newest call-driven probe; GUARDED_BY(mu)
+	looping bool      // the background loop runs; GUARDED_BY(mu)
+	closed  bool      // Close was called; GUARDED_BY(mu)
+}
+
+type probeRun struct {
+	start time.Time
+	done  chan struct{}
+	err   error // set before done is closed
+}
+
+func (r *probeRun) finished() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func newBreaker(probe func(ctx context.Context) error, quick, slow time.Duration, m *metrics) *breaker {
+	return &breaker{probe: probe, quick: quick, slow: slow, m: m, stop: make(chan struct{})}
+}
+
+// allow returns nil when a request may be sent, else an ErrUnavailable
+// *opError (certain: nothing was sent) or ctx's error.
+func (b *breaker) allow(ctx context.Context, op string) error {
+	b.mu.Lock()
+	if !b.open {
+		b.mu.Unlock()
+		return nil
+	}
+	arrived := time.Now()
+	r := b.latest
+	if r == nil || r.finished() || r.start.Before(arrived.Add(-probeFresh)) {
+		r = &probeRun{start: arrived, done: make(chan struct{})}
+		b.latest = r
+		go b.run(r, b.quick)
+	}
+	b.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if r.err == nil {
+		return nil
+	}
+	b.m.fastFailure(op)
+	b.mu.Lock()
+	since, cause := b.since, b.cause
+	b.mu.Unlock()
+	return &opError{sentinel: objstore.ErrUnavailable, certain: true, noRetry: true,
+		msg: fmt.Sprintf("s3 %s: not sent: the storage has not answered since %s (%v; probe: %v)",
+			op, since.Format(time.TimeOnly), cause, r.err)}
+}
+
+func (b *breaker) run(r *probeRun, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	r.err = b.probe(ctx)
+	if r.err == nil {
+		b.answered()
+	}
+	close(r.done)
+}
+
+// answered records an answer from the server: the breaker closes.
+func (b *breaker) answered() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.broken = 0
+	if b.open {
+		b.open, b.cause, b.latest = false, nil, nil
+		b.m.reachable(true)
+	}
+}
+
+// failed records a request that got no answer. down: a timeout or a failed
+// connect (the storage is down now); otherwise a broken connection.
+func (b *breaker) failed(err error, down bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.broken++
+	if b.open || (!down && b.broken < brokenToOpen) {
+		return
+	}
+	b.open, b.since, b.cause, b.latest = true, time.Now(), err, nil
+	b.m.reachable(false)
+	if !b.looping && !b.closed {
+		b.looping = true
+		go b.loop()
+	}
+}
+
+// loop probes in the background while the breaker is open.
+func (b *breaker) loop() {
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		if !b.open {
+			b.looping = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		r := &probeRun{start: time.Now(), done: make(chan struct{})}
+		b.run(r, b.slow)
+	}
+}
+
+// isOpen reports whether the storage is known to be down.
+func (b *breaker) isOpen() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open
+}
+
+// close stops the background loop.
+func (b *breaker) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		close(b.stop)
+	}
+}

@@ -1,0 +1,227 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"sync"
+	"time"
+)
+
+// Connections and their timeouts. A request has no total time limit: an
+// upload that keeps moving bytes may take as long as it needs. Instead:
+//
+//   - connecting (TCP, then TLS) is bounded by Config.ConnectTimeout;
+//   - while a request uses a connection, a read or write fails once no
+//     byte has moved in either direction for Config.IdleTimeout (a black
+//     hole, a stopped server, a partition that keeps connections open);
+//   - a connection waiting in the pool has no deadline.
+//
+// The transport reports through httptrace when a request takes a
+// connection (GotConn) and when it returns it to the pool (PutIdleConn);
+// idleConn arms its deadlines only between the two.
+
+// writeChunk is the largest piece written at once, so that a slow but
+// moving upload renews the deadline between pieces.
+const writeChunk = 16 << 10
+
+// idleConn is a net.Conn with the idle timeout described above. Safe for
+// the concurrent use net/http makes of it (one reader, one writer, and the
+// trace callbacks).
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+
+	mu      sync.Mutex
+	active  bool      // a request holds the connection; GUARDED_BY(mu)
+	gen     uint64    // requests that took it so far; GUARDED_BY(mu)
+	armedAt time.Time // when the deadlines were last renewed; GUARDED_BY(mu)
+	// queued is the send queue seen at the last deadline that passed with
+	// bytes still queued (-1: none since the last renewal); GUARDED_BY(mu)
+	queued int
+}
+
+func newIdleConn(c net.Conn, idle time.Duration) *idleConn {
+	return &idleConn{Conn: c, idle: idle, queued: -1}
+}
+
+// renew moves both deadlines to now+idle while a request holds the
+// connection (skipped when renewed within the last idle/8, so a deadline
+// is always at least 7/8 of idle away), and clears them otherwise.
+func (c *idleConn) renew() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.active {
+		if !c.armedAt.IsZero() {
+			_ = c.Conn.SetDeadline(time.Time{})
+			c.armedAt = time.Time{}
+		}
+		return
+	}
+	now := time.Now()
+	if !c.armedAt.IsZero() && now.Sub(c.armedAt) < c.idle/8 {
+		return
+	}
+	c.armedAt = now
+	_ = c.Conn.SetDeadline(now.Add(c.idle))
+}
+
+// moved records bytes moving through Read or Write: the send queue
+// observed at a passed deadline no longer matters.
+func (c *idleConn) moved() {
+	c.mu.Lock()
+	c.queued = -1
+	c.mu.Unlock()
+	c.renew()
+}
+
+// activate marks the connection taken by a request and returns the
+// request's generation, for deactivate.
+func (c *idleConn) activate() uint64 {
+	c.mu.Lock()
+	c.active = true
+	c.gen++
+	gen := c.gen
+	c.armedAt = time.Time{}
+	c.mu.Unlock()
+	c.renew()
+	return gen
+}
+
+// deactivate marks the connection idle in the pool, unless a later request
+// (generation > gen) took it meanwhile.
+func (c *idleConn) deactivate(gen uint64) {
+	c.mu.Lock()
+	if c.gen == gen {
+		c.active = false
+	}
+	c.mu.Unlock()
+	c.renew()
+}
+
+func (c *idleConn) isActive() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.active
+}
+
+func (c *idleConn) Read(b []byte) (int, error) {
+	for {
+		c.renew()
+		n, err := c.Conn.Read(b)
+		if n > 0 {
+			c.moved()
+		}
+		// A deadline that passed while the connection went back to the
+		// pool (the transport reads ahead on idle connections), or while
+		// the end of a request body was still leaving the send buffer (a
+		// slow link): keep waiting.
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && (!c.isActive() || c.draining()) {
+			continue
+		}
+		return n, err
+	}
+}
+
+// draining reports whether bytes are still leaving the send buffer since
+// the previous check: the queue is shorter than it was (the first check
+// with a queue counts as moving; a queue that emptied since the previous
+// check too, as it may have done so just now). If so, the deadlines are
+// renewed. A black hole's queue stays still (or empty, when something in
+// between swallows the bytes), so it fails after one to three idle
+// timeouts.
+func (c *idleConn) draining() bool {
+	q, ok := unsent(c.Conn)
+	c.mu.Lock()
+	moving := ok && (q > 0 && (c.queued < 0 || q < c.queued) || q == 0 && c.queued > 0)
+	if ok && (q > 0 || c.queued > 0) {
+		c.queued = q
+	}
+	if moving {
+		c.armedAt = time.Time{}
+	}
+	c.mu.Unlock()
+	if moving {
+		c.renew()
+	}
+	return moving
+}
+
+func (c *idleConn) Write(b []byte) (int, error) {
+	total := 0
+	for len(b) > 0 {
+		c.renew()
+		piece := b[:min(len(b), writeChunk)]
+		n, err := c.Conn.Write(piece)
+		total += n
+		if n > 0 {
+			c.moved()
+		}
+		if err != nil {
+			return total, err
+		}
+		b = b[n:]
+	}
+	return total, nil
+}
+
+// asIdleConn finds the idleConn under c (a *tls.Conn wraps it).
+func asIdleConn(c net.Conn) *idleConn {
+	for c != nil {
+		switch t := c.(type) {
+		case *idleConn:
+			return t
+		case interface{ NetConn() net.Conn }:
+			c = t.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// dialer returns a DialContext that bounds connecting by connect and wraps
+// each connection in an idleConn.
+func dialer(connect, idle time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return newIdleConn(c, idle), nil
+	}
+}
+
+// tracking is the RoundTripper in front of the transport: it tells each
+// request's idleConn when the request takes it and when it goes back to the
+// pool.
+type tracking struct{ base http.RoundTripper }
+
+func (t tracking) RoundTrip(req *http.Request) (*http.Response, error) {
+	var mu sync.Mutex
+	var conn *idleConn
+	var gen uint64
+	trace := &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			if c := asIdleConn(info.Conn); c != nil {
+				g := c.activate()
+				mu.Lock()
+				conn, gen = c, g
+				mu.Unlock()
+			}
+		},
+		PutIdleConn: func(err error) {
+			mu.Lock()
+			c, g := conn, gen
+			mu.Unlock()
+			if c != nil && err == nil {
+				c.deactivate(g)
+			}
+		},
+	}
+	return t.base.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+}
