@@ -68,45 +68,11 @@ func promqlRefs(expr string) (queryRefs, error) {
 				i++ // 1.5, 1e3, 0x1f, 5m (after offset)
 			}
 		case isIdentStart(c):
-			start := i
-			for i < len(s) && isIdentChar(s[i]) {
-				i++
+			end, err := refs.identifier(s, i)
+			if err != nil {
+				return refs, fmt.Errorf("%v in %q", err, expr)
 			}
-			word := s[start:i]
-			next := skipSpace(s, i)
-			switch {
-			case groupingWords[strings.ToLower(word)]:
-				if next < len(s) && s[next] == '(' {
-					end := strings.IndexByte(s[next:], ')')
-					if end < 0 {
-						return refs, fmt.Errorf("unclosed %s( in %q", word, expr)
-					}
-					for _, l := range strings.Split(s[next+1:next+end], ",") {
-						l = strings.TrimSpace(l)
-						if l == "" {
-							continue
-						}
-						if !isLabelName(l) {
-							return refs, fmt.Errorf("%s (%s): %q is not a label name in %q", word, s[next+1:next+end], l, expr)
-						}
-						refs.grouping[l] = true
-					}
-					i = next + end + 1
-				}
-			case keywords[strings.ToLower(word)], aggregations[strings.ToLower(word)]:
-			case next < len(s) && s[next] == '(':
-				// a function or an aggregation
-			default:
-				labels := map[string]bool{}
-				if next < len(s) && s[next] == '{' {
-					end, err := parseMatchers(s, next, labels)
-					if err != nil {
-						return refs, fmt.Errorf("%v in %q", err, expr)
-					}
-					i = end
-				}
-				refs.add(word, labels)
-			}
+			i = end
 		case c == '{':
 			labels := map[string]bool{}
 			end, err := parseMatchers(s, i, labels)
@@ -120,6 +86,52 @@ func promqlRefs(expr string) (queryRefs, error) {
 		}
 	}
 	return refs, nil
+}
+
+// identifier reads the identifier at s[i] (a metric, a function, a
+// keyword or a grouping clause with its label list) and returns the index
+// after it (and after its matchers or label list).
+func (r queryRefs) identifier(s string, i int) (int, error) {
+	start := i
+	for i < len(s) && isIdentChar(s[i]) {
+		i++
+	}
+	word := s[start:i]
+	next := skipSpace(s, i)
+	switch {
+	case groupingWords[strings.ToLower(word)]:
+		if next >= len(s) || s[next] != '(' {
+			return i, nil // group_left without labels
+		}
+		end := strings.IndexByte(s[next:], ')')
+		if end < 0 {
+			return i, fmt.Errorf("unclosed %s(", word)
+		}
+		for _, l := range strings.Split(s[next+1:next+end], ",") {
+			if l = strings.TrimSpace(l); l == "" {
+				continue
+			}
+			if !isLabelName(l) {
+				return i, fmt.Errorf("%s (%s): %q is not a label name", word, s[next+1:next+end], l)
+			}
+			r.grouping[l] = true
+		}
+		return next + end + 1, nil
+	case keywords[strings.ToLower(word)], aggregations[strings.ToLower(word)]:
+		return i, nil
+	case next < len(s) && s[next] == '(':
+		return i, nil // a function
+	}
+	labels := map[string]bool{}
+	if next < len(s) && s[next] == '{' {
+		end, err := parseMatchers(s, next, labels)
+		if err != nil {
+			return i, err
+		}
+		i = end
+	}
+	r.add(word, labels)
+	return i, nil
 }
 
 func (r queryRefs) add(metric string, labels map[string]bool) {
