@@ -507,7 +507,6 @@ func (g *Guard) runRound(*batchRun[valResult]) valResult {
 // sweep or gc. Mutations after Close fail with ErrReadOnly.
 func (g *Guard) Close(ctx context.Context) error {
 	defer g.cancel()
-	g.stopReaper(ctx)
 	g.mu.Lock()
 	g.closed = true
 	g.broadcast()
@@ -522,6 +521,10 @@ func (g *Guard) Close(ctx context.Context) error {
 		g.mu.Lock()
 	}
 	g.mu.Unlock()
+	// The reaper stops before the wait below (its validations are
+	// background work too), after the mutations whose tombstones it must
+	// write into the ledger.
+	g.stopReaper(ctx)
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()
 	select {

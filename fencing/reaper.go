@@ -218,7 +218,7 @@ func (g *Guard) reapLoop(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// stopReaper stops the loop (bounded by ctx), writes the ledger one last
+// stopReaper stops the loop, writes the ledger one last
 // time if the Guard is still active, and withdraws its gauge count.
 func (g *Guard) stopReaper(ctx context.Context) {
 	r := &g.tombs
@@ -226,11 +226,11 @@ func (g *Guard) stopReaper(ctx context.Context) {
 	cancel, done := r.cancel, r.done
 	r.mu.Unlock()
 	if cancel != nil {
+		// Everything the loop does is bound by its context: it ends
+		// promptly, and must have ended before Close waits for the
+		// background work its validations add to.
 		cancel()
-		select {
-		case <-done:
-		case <-ctx.Done():
-		}
+		<-done
 	}
 	if ts, ok := g.activeState(); ok && g.reapEnabled() {
 		r.runMu.Lock()
