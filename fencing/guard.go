@@ -31,7 +31,9 @@ const (
 // Concurrency: all methods are safe for concurrent use. Mutations run in
 // parallel; Bind waits until the mutations in flight have finished and
 // holds new ones (they wait, bounded by their context) until the sweep is
-// done. Lock order: bindMu, then mu, then a batch's own mutex. No lock is held across I/O.
+// done. Lock order: bindMu, then mu, then a batch's own mutex or tombs.mu.
+// No lock is held across I/O (but the reaper's round mutex, which only
+// orders its own rounds).
 type Guard struct {
 	// Dependencies and configuration: constant after New.
 	store  objstore.Store
