@@ -217,8 +217,9 @@ func closeSession(s *concurrency.Session, ttlSec int) {
 
 // watch ends the leadership when the session ends (its keepalives were not
 // answered within the TTL: etcd unreachable, the lease expired or revoked)
-// or the leader key is deleted. The two are watched apart: opening the key
-// watch blocks while etcd is unreachable.
+// or the leader key is deleted, and counts the session's keepalives in the
+// renewal metrics. Each is watched apart: opening the key watch blocks
+// while etcd is unreachable.
 func (e *Election) watch(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer close(e.watched)
@@ -233,6 +234,18 @@ func (e *Election) watch(ctx context.Context) {
 					return
 				}
 			}
+		}
+	}()
+	wg.Add(1)
+	go func() { // the renewal metrics: every answered keepalive
+		defer wg.Done()
+		kach, err := e.session.Client().KeepAlive(ctx, e.session.Lease())
+		if err != nil {
+			return
+		}
+		for range kach {
+			e.met.wrote()
+			e.met.renewal("ok")
 		}
 	}()
 	select {

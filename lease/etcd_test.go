@@ -89,6 +89,15 @@ func TestEtcdLeadersTakeTurnsWithGrowingTokens(t *testing.T) {
 	if got := gaugeValue(t, reg, "fencefs_lease_held"); got != 1 {
 		t.Errorf("fencefs_lease_held = %v; want 1", got)
 	}
+	// Keepalives are answered every TTL/3: the last one is recent.
+	renewed := time.Now()
+	deadline := time.Now().Add(etcdTTL)
+	for time.Now().Before(deadline) && gaugeValue(t, reg, "fencefs_lease_last_renewal_timestamp_seconds") < float64(renewed.UnixNano())/1e9 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := gaugeValue(t, reg, "fencefs_lease_last_renewal_timestamp_seconds"); got < float64(renewed.UnixNano())/1e9 {
+		t.Errorf("last renewal %v; want a keepalive answered after %v", time.Unix(int64(got), 0), renewed)
+	}
 }
 
 // gaugeValue reads the one gauge called name from reg.
