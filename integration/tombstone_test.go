@@ -105,6 +105,7 @@ func TestRestartedMountRemovesTheTombstonesOfItsSweep(t *testing.T) {
 			}
 		}
 		if len(left) == 0 {
+			t.Logf("the plain S3 listing is clean %v after the restart (validity %v)", time.Since(restarted).Round(10*time.Millisecond), validity)
 			break
 		}
 		if time.Since(restarted) > limit {
