@@ -116,6 +116,21 @@
 // `etcdctl lock` or `consul lock`, but a stalled old holder is also refused
 // by the storage.
 //
+// # Leaders elected in etcd
+//
+// Campaign is the same pairing with etcd as the coordinator (the etcd
+// client's concurrency package): a session whose etcd lease has the TTL,
+// an election under ElectionOptions.Prefix + name, and, once won, the
+// leader key's create revision as the token, bound through
+// ElectionOptions.Bind. Revisions only grow within an etcd cluster and a
+// later leader's key is created after an earlier leader's, so tokens grow
+// with leadership. The Election is lost when the session ends (keepalives
+// unanswered for the TTL, the lease expired or revoked) or the leader key
+// is deleted; Release resigns. *Lease and *Election are both a Leader, so
+// that `fencefs run`, its metrics and /healthz serve either. A fence domain
+// takes its tokens from one source: CheckTokenSource refuses a revision
+// not above the domain's epoch (ErrTokenSource). See docs/ETCD.md.
+//
 // # Concurrency
 //
 // A Lease is safe for concurrent use. One goroutine per held lease renews it
