@@ -183,8 +183,8 @@ func TestUnexportedNamesAreFound(t *testing.T) {
 // TestEveryQueryNamesOnlyExportedMetricsAndLabels scrapes a live mount
 // (the real binary, a real FUSE mount, the real gateway) and a live
 // `fencefs run` holding a lease on it, after exercising both enough that
-// every labelled metric has children (a write, a fenced refusal, retried S3
-// requests, lease renewals), and fails if an alert rule or a dashboard
+// every labelled metric has children (a write, a fenced refusal, retried
+// and fast-failed S3 requests, lease renewals), and fails if an alert rule or a dashboard
 // query names a metric or label that neither exports.
 func TestEveryQueryNamesOnlyExportedMetricsAndLabels(t *testing.T) {
 	harness.RequireFUSE(t)
@@ -211,10 +211,12 @@ func TestEveryQueryNamesOnlyExportedMetricsAndLabels(t *testing.T) {
 	if err := os.WriteFile(fs.Path("a.txt"), []byte("written by the test"), 0o644); err != nil {
 		t.Fatalf("write through the mount: %v", err)
 	}
-	// Connections reset: requests fail and are retried.
+	// Connections reset: requests fail and are retried, the storage
+	// counts as down and calls fail fast.
 	proxy.Reset(t)
-	waitUntil(ctx, t, "the mount retries S3 requests", func() bool {
-		return strings.Contains(scrape(mountAddr), "fencefs_s3_retries_total{")
+	waitUntil(ctx, t, "the mount retries S3 requests, then fails them fast", func() bool {
+		m := scrape(mountAddr)
+		return strings.Contains(m, "fencefs_s3_retries_total{") && strings.Contains(m, "fencefs_s3_fast_failures_total{")
 	}, run)
 	proxy.Unreset(t)
 	// A newer epoch fences the mount; its next write is refused.
@@ -230,7 +232,7 @@ func TestEveryQueryNamesOnlyExportedMetricsAndLabels(t *testing.T) {
 
 	exp := parseExposition(t, mustScrape(t, mountAddr))
 	exp.merge(parseExposition(t, mustScrape(t, runAddr)))
-	for _, must := range []string{"fencefs_fencing_fenced_refusals_total", "fencefs_fuse_errors_total", "fencefs_s3_retries_total", "fencefs_lease_renewals_total"} {
+	for _, must := range []string{"fencefs_fencing_fenced_refusals_total", "fencefs_fuse_errors_total", "fencefs_s3_retries_total", "fencefs_s3_fast_failures_total", "fencefs_lease_renewals_total"} {
 		if exp[must] == nil {
 			t.Errorf("the scrapes lack %s: the exercise above did not reach it", must)
 		}
