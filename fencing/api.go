@@ -83,7 +83,8 @@ type Config struct {
 	// small). Removal is batched into the journal's next write.
 	IntentLinger time.Duration
 	// OpTimeout bounds one validation round and one background protocol
-	// write (intent, intent deletion); 0 means 30s.
+	// write (intent, intent deletion), and is the retry deadline of one
+	// mutation (see "Retries" in the package documentation); 0 means 30s.
 	OpTimeout time.Duration
 	// Hooks are failpoints, for tests (and for the binary, through
 	// FailpointsFromEnv). The zero value does nothing.

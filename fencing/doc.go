@@ -80,8 +80,10 @@
 //  5. a refused commit is resolved with a HEAD: our write id there means our
 //     own retried write landed (success, never "fenced" or "stale"); a stamp
 //     of a newer epoch means fenced; else the register is validated once
-//     more (fenced) or the answer is ErrStale. 409 and 5xx are retried with
-//     the same write id and condition;
+//     more (fenced) or the answer is ErrStale. A commit whose outcome the
+//     store reports unknown (ErrUnavailable after its retries) is resolved
+//     the same way once: our write id there is success, else the outcome
+//     stays unknown (see Retries);
 //  6. the entry leaves the journal (batched, with the next write or a trim)
 //     once no commit needs it; never after an unknown outcome: the next
 //     sweep must see it.
@@ -210,6 +212,23 @@
 // storage error is wrapped too), ErrReadOnly (EROFS: no token), ErrBadToken
 // (EINVAL), or a storage sentinel (objstore.ErrUnavailable after retries
 // means the outcome is unknown).
+//
+// # Retries
+//
+// Transient storage failures (409, 5xx, 499, timeouts, resets) are retried
+// in one place: the store (objstore/s3), which alone knows whether an
+// attempt may have been applied. Guard retries none of them. Each mutation
+// (Put, Copy, Delete) runs under one retry deadline, Config.OpTimeout from
+// its start (objstore.WithRetryDeadline): every request of its protocol —
+// the journal write, the HEADs, the commit — retries only until then, so a
+// mutation that cannot reach the storage fails within about that time,
+// never a multiple of it. What Guard does after the store gives up is
+// resolution, not retry: a journal write or a commit whose outcome is
+// unknown is read back once (our write id or journal sequence there is
+// success); otherwise the mutation fails (EIO), its intent left for the
+// next sweep. Guard repeats a step only for protocol reasons: a lost race
+// on the register or a journal (re-read and re-decide), a rebase over a
+// tombstone.
 //
 // # Failpoints
 //

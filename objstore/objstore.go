@@ -23,9 +23,18 @@
 //	ErrConflict      409 (concurrent conditional operation in progress), after retries
 //	ErrAuth          403/401 and signature errors: wrong credentials
 //	ErrNoBucket      NoSuchBucket
-//	ErrUnavailable   connection refused/reset, timeouts and 5xx after retries;
-//	                 the outcome of a write that fails this way is UNKNOWN
-//	ErrInvalid       the request was refused as malformed (400 other than the above)
+//	ErrUnavailable   connection refused/reset, timeouts, 5xx, 499 and any
+//	                 status the store does not know, after retries; the
+//	                 outcome of a write that fails this way is UNKNOWN
+//	ErrInvalid       the request was refused as malformed (400 other than the
+//	                 above, and the other malformed-request statuses)
+//
+// # Retries
+//
+// A Store retries transient failures (ErrUnavailable, ErrConflict) itself,
+// until a retry deadline that a caller can set for a whole operation with
+// WithRetryDeadline; what it returns is final, and callers do not retry it
+// again (the fencing layer resolves unknown outcomes instead).
 //
 // # Concurrency
 //

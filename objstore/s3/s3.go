@@ -34,10 +34,18 @@
 //
 // Every S3 error is classified once into an objstore sentinel (see the
 // objstore package doc). If-Match answered by NoSuchKey on a write becomes
-// ErrPrecondition. minio-go's own retries are disabled: this package retries
-// ErrUnavailable (network errors, timeouts, 5xx, SlowDown) and ErrConflict
-// (409) itself, MaxRetries times with jittered exponential backoff, so it
-// knows when an attempt's outcome was unknown. A write that was retried
+// ErrPrecondition. Transient answers — 5xx (503 SlowDown, 500
+// InternalError), 499 (MinIO's ClientDisconnected, while another client is
+// stopped mid-request), 408, 429, RequestTimeout — and network failures
+// (timeouts, resets) are ErrUnavailable; a status this package does not
+// know is ErrUnavailable too (EIO, never EINVAL), not retried; only
+// malformed-request statuses (400, 405, 411, 413, 414, 416 …) are
+// ErrInvalid. minio-go's own retries are disabled: this package is the one
+// place of fencefs that retries, ErrUnavailable and ErrConflict (409), with
+// jittered exponential backoff until the retry deadline (Config.RetryDeadline
+// after the call started, or the caller's objstore.WithRetryDeadline when
+// earlier: the fencing layer gives each mutation one), so it knows when an
+// attempt's outcome was unknown. A write that was retried
 // after such an attempt and still failed returns an *objstore.UncertainError
 // (objstore.MaybeApplied reports true): typically ErrPrecondition, because
 // the retry met the write's own result. That ambiguity is left to the caller
@@ -48,10 +56,32 @@
 // and the key exists, or while another Complete of it is still running;
 // unconfirmed, or finding the upload gone, it is ErrUnavailable, uncertain.
 //
+// # Timeouts and the breaker
+//
+// A request has no total time limit, so a slow upload that keeps moving
+// bytes never times out. Connecting is bounded by Config.ConnectTimeout;
+// while a request uses a connection, it fails once no byte has moved in
+// either direction for Config.IdleTimeout (bytes still leaving the send
+// buffer count as moving: a slow link's tail). A connection waiting in the
+// pool has no deadline. So a black hole (a partition that keeps
+// connections open, a SIGSTOPped server) fails a request after about
+// IdleTimeout (default 10 s).
+//
+// A request that got no answer (a timeout, a refused connection, or three
+// broken connections in a row) makes the store count the storage as down.
+// While it is down, a request is not sent: the call waits for a probe (a
+// HEAD of the bucket, at most Config.ProbeTimeout, 1 s) started for it, and
+// fails at once with ErrUnavailable unless the probe got an answer. So
+// further calls fail in about a second, and the first call after the
+// storage answers again goes through. A background loop probes every
+// second meanwhile (with a longer timeout, for slow links). Any HTTP answer
+// counts as up. Metrics: fencefs_s3_unreachable (1 while down) and
+// fencefs_s3_fast_failures_total{op}.
+//
 // # Concurrency
 //
-// A Store is safe for concurrent use; it holds no mutable state but the HTTP
-// connection pool and metrics.
+// A Store is safe for concurrent use. Its mutable state is the HTTP
+// connection pool, the breaker and metrics.
 package s3
 
 import (
