@@ -230,7 +230,7 @@ func (e *Election) watch(ctx context.Context) {
 		for resp := range e.session.Client().Watch(ctx, e.elec.Key(), clientv3.WithRev(e.elec.Rev()+1)) {
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					e.lose(fmt.Errorf("%w: the leader key %s was deleted", ErrLost, e.elec.Key()))
+					e.lose(fmt.Errorf("%w: the leader key %s is gone (its etcd lease expired or was revoked, or the key was deleted)", ErrLost, e.elec.Key()))
 					return
 				}
 			}

@@ -239,7 +239,7 @@ func TestEtcdLeadershipIsLostWhenTheLeaderKeyIsDeleted(t *testing.T) {
 	case <-time.After(5 * time.Second): // the session's TTL is 10 s: only the watch can tell
 		t.Fatal("still leading after the leader key was deleted")
 	}
-	if !strings.Contains(e.Err().Error(), "was deleted") {
+	if !strings.Contains(e.Err().Error(), "is gone") {
 		t.Errorf("err = %v; want the key's deletion", e.Err())
 	}
 }
