@@ -5,7 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -128,5 +133,123 @@ func TestSlowButMovingUploadThroughTheMountSucceeds(t *testing.T) {
 	}
 	if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, data) {
 		t.Fatalf("big holds %d bytes after close succeeded, want %d", len(got.body), len(data))
+	}
+}
+
+// answering is a loopback reverse proxy in front of the gateway that, while
+// armed, answers requests itself with an injected status (as servers
+// answer transient trouble in their own ways) instead of forwarding them.
+type answering struct {
+	srv *httptest.Server
+
+	mu     sync.Mutex
+	status int    // GUARDED_BY(mu); 0: forward everything
+	code   string // S3 error code ("" no body); GUARDED_BY(mu)
+	left   int    // answers to inject before forwarding again (<0: all); GUARDED_BY(mu)
+}
+
+func newAnswering(t *testing.T, endpoint string) *answering {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &answering{}
+	rp := httputil.NewSingleHostReverseProxy(u) // keeps the signed Host header
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if status, code := a.take(); status != 0 {
+			if code != "" {
+				w.Header().Set("Content-Type", "application/xml")
+			}
+			w.WriteHeader(status)
+			if code != "" && r.Method != http.MethodHead {
+				fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>injected</Message></Error>`, code)
+			}
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// arm makes the next n requests (n < 0: all, until arm(0, "", 0)) get
+// status with S3 error code.
+func (a *answering) arm(status int, code string, n int) {
+	a.mu.Lock()
+	a.status, a.code, a.left = status, code, n
+	a.mu.Unlock()
+}
+
+func (a *answering) take() (int, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.status == 0 || a.left == 0 {
+		return 0, ""
+	}
+	if a.left > 0 {
+		a.left--
+	}
+	return a.status, a.code
+}
+
+// TestTransientAnswersReachTheApplicationAsEIO puts a proxy that answers
+// for the server between a mount and the gateway: a few MinIO-style 499
+// ClientDisconnected answers while the mount binds its token are retried
+// (the mount comes up); answers that last — a bare 499 (as MinIO's HEADs
+// get), 503 SlowDown, 500, an unknown 418 — make lookups, creates and
+// writes fail with EIO within the retry deadline, never EINVAL; once the
+// server answers normally again, every call works.
+func TestTransientAnswersReachTheApplicationAsEIO(t *testing.T) {
+	harness.RequireFUSE(t)
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	ans := newAnswering(t, gw.Endpoint)
+	ans.arm(499, "ClientDisconnected", 3)
+	a := harness.Mount(t, gw, bucket, "--endpoint", ans.srv.URL, "--token", "17", "--holder", "A",
+		"--s3-retry-deadline", "2s", "--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s")
+	if err := os.WriteFile(a.Path("f"), []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ops := []struct {
+		name string
+		op   func() error
+	}{
+		{"lookup", func() error { _, err := os.Stat(a.Path("f")); return err }},
+		{"create", func() error { return writeClose(a.Path("g"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, []byte("g")) }},
+		{"write+close", func() error { return writeClose(a.Path("f"), os.O_WRONLY|os.O_TRUNC, []byte("during")) }},
+	}
+	for _, answer := range []struct {
+		status int
+		code   string
+	}{
+		{499, ""},
+		{499, "ClientDisconnected"},
+		{503, "SlowDown"},
+		{500, "InternalError"},
+		{418, ""},
+	} {
+		ans.arm(answer.status, answer.code, -1)
+		for _, o := range ops {
+			err, took := timedOp(t, 60*time.Second, o.op)
+			if !errors.Is(err, syscall.EIO) {
+				t.Errorf("%s while the server answers %d %s: %v, want EIO", o.name, answer.status, answer.code, err)
+			}
+			if took > 30*time.Second {
+				t.Errorf("%s while the server answers %d %s failed after %v, want within the retry deadline (2 s) and margin", o.name, answer.status, answer.code, took)
+			}
+		}
+		ans.arm(0, "", 0)
+		if got := readObject(t, gw, bucket, "f"); string(got.body) != "before" {
+			t.Fatalf("f = %q after a refused write, want it unchanged", got.body)
+		}
+		if got := readObject(t, gw, bucket, "g"); got.exists {
+			t.Fatalf("g exists after a refused create: %q", got.body)
+		}
+	}
+	if err := writeClose(a.Path("f"), os.O_WRONLY|os.O_TRUNC, []byte("after")); err != nil {
+		t.Fatalf("write+close once the server answers again: %v", err)
+	}
+	if got := readObject(t, gw, bucket, "f"); string(got.body) != "after" {
+		t.Fatalf("f = %q, want the acknowledged write", got.body)
 	}
 }

@@ -57,37 +57,36 @@ func (x *Proxy) Heal(t testing.TB) {
 }
 
 // Slow limits the bandwidth of the link from the client to the server
-// (uploads) to kbps KiB/s, until Unslow: bytes keep moving, slowly.
+// (uploads) to kbps KiB/s per connection, until Unslow: bytes keep moving,
+// slowly.
 func (x *Proxy) Slow(t testing.TB, kbps int) {
 	t.Helper()
-	js := fmt.Sprintf(`{"name":"slow","type":"bandwidth","stream":"upstream","attributes":{"rate":%d}}`, kbps)
-	if _, err := x.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-		t.Fatalf("slow: %v", err)
-	}
+	x.add(t, fmt.Sprintf(`{"name":"slow","type":"bandwidth","stream":"upstream","attributes":{"rate":%d}}`, kbps))
 }
 
 // Unslow removes Slow's limit.
-func (x *Proxy) Unslow(t testing.TB) {
-	t.Helper()
-	if err := x.p.Toxics.RemoveToxic(context.Background(), "slow"); err != nil {
-		t.Fatalf("unslow: %v", err)
-	}
-}
+func (x *Proxy) Unslow(t testing.TB) { t.Helper(); x.remove(t, "slow") }
 
 // Reset makes the proxy reset every connection (TCP RST) as soon as data
 // arrives from the client, until Unreset.
 func (x *Proxy) Reset(t testing.TB) {
 	t.Helper()
-	js := `{"name":"reset","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`
-	if _, err := x.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-		t.Fatalf("reset: %v", err)
-	}
+	x.add(t, `{"name":"reset","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`)
 }
 
 // Unreset removes Reset's toxic.
-func (x *Proxy) Unreset(t testing.TB) {
+func (x *Proxy) Unreset(t testing.TB) { t.Helper(); x.remove(t, "reset") }
+
+func (x *Proxy) add(t testing.TB, js string) {
 	t.Helper()
-	if err := x.p.Toxics.RemoveToxic(context.Background(), "reset"); err != nil {
-		t.Fatalf("unreset: %v", err)
+	if _, err := x.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		t.Fatalf("add toxic %s: %v", js, err)
+	}
+}
+
+func (x *Proxy) remove(t testing.TB, name string) {
+	t.Helper()
+	if err := x.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
+		t.Fatalf("remove toxic %s: %v", name, err)
 	}
 }

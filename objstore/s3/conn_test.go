@@ -19,20 +19,7 @@ import (
 // of a small PUT on the gateway): sequential PUTs (also refused ones),
 // HEADs, full GETs and DELETEs all run on the first connection.
 func TestSequentialRequestsReuseOneConnection(t *testing.T) {
-	bin, err := gateway.FindBinary()
-	if err != nil {
-		gateway.SkipOrFail(t, "%v", err)
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer scancel()
-	// Keep-alive on, as real S3 servers serve (ForTest's gateway closes
-	// every connection, see gateway.Options.KeepAlive).
-	gw, err := gateway.Start(sctx, gateway.Options{Bin: bin, Dir: t.TempDir(), KeepAlive: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gw.Stop() })
-	s := newStore(t, config(t, gw))
+	s := newStore(t, config(t, keepAliveGateway(t)))
 	var fresh, reused atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -74,4 +61,23 @@ func TestSequentialRequestsReuseOneConnection(t *testing.T) {
 	if f, r := fresh.Load(), reused.Load(); f != 1 || r < 119 {
 		t.Fatalf("%d new connections and %d reused for 120 sequential requests; want 1 new", f, r)
 	}
+}
+
+// keepAliveGateway starts a gateway that keeps connections alive, as real
+// S3 servers do (ForTest's gateway closes every connection, see
+// gateway.Options.KeepAlive), stopped in t.Cleanup.
+func keepAliveGateway(t *testing.T) *gateway.Gateway {
+	t.Helper()
+	bin, err := gateway.FindBinary()
+	if err != nil {
+		gateway.SkipOrFail(t, "%v", err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	gw, err := gateway.Start(sctx, gateway.Options{Bin: bin, Dir: t.TempDir(), KeepAlive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Stop() })
+	return gw
 }

@@ -2,7 +2,6 @@ package s3_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net/http/httptrace"
@@ -15,6 +14,7 @@ import (
 	"github.com/fencefs/fencefs/integration/harness"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/fencefs/fencefs/objstore/s3"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // timed runs op and returns its error and how long it took.
@@ -119,14 +119,31 @@ func (p *faultProxy) retire(f *fault) {
 // proxiedStore returns a store that reaches a fresh gateway bucket through
 // a toxiproxy, with short timeouts, and one that talks to the gateway
 // directly.
-func proxiedStore(t *testing.T, idle time.Duration) (*harness.Proxy, *s3.Store, *s3.Store) {
+func proxiedStore(t *testing.T, idle time.Duration, reg prometheus.Registerer) (*harness.Proxy, *s3.Store, *s3.Store) {
 	gw := gateway.ForTest(t)
 	cfg := config(t, gw)
 	direct := newStore(t, cfg)
 	proxy := harness.NewProxy(t, gw.Addr)
 	cfg.Endpoint = proxy.Endpoint()
 	cfg.IdleTimeout, cfg.ConnectTimeout, cfg.RetryDeadline = idle, time.Second, 2*time.Second
+	cfg.Registerer = reg
 	return proxy, newStore(t, cfg), direct
+}
+
+// unreachable reads the fencefs_s3_unreachable gauge of reg.
+func unreachable(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "fencefs_s3_unreachable" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no fencefs_s3_unreachable metric")
+	return 0
 }
 
 // TestBlackHoleFailsFastAndRecoversAtOnce cuts the link without closing it
@@ -136,7 +153,8 @@ func proxiedStore(t *testing.T, idle time.Duration) (*harness.Proxy, *s3.Store, 
 // fails too, and after healing the very first request succeeds.
 func TestBlackHoleFailsFastAndRecoversAtOnce(t *testing.T) {
 	const idle = time.Second
-	proxy, s, direct := proxiedStore(t, idle)
+	reg := prometheus.NewRegistry()
+	proxy, s, direct := proxiedStore(t, idle, reg)
 	ctx := ctxT(t)
 	big := bytes.Repeat([]byte("0123456789abcdef"), (4<<20)/16)
 	if _, err := direct.Put(ctx, "big", bytes.NewReader(big), int64(len(big)), objstore.PutOptions{}); err != nil {
@@ -158,6 +176,9 @@ func TestBlackHoleFailsFastAndRecoversAtOnce(t *testing.T) {
 	}
 	if took > 10*time.Second {
 		t.Errorf("stat across a black hole failed after %v, want about the idle timeout %v", took, idle)
+	}
+	if v := unreachable(t, reg); v != 1 {
+		t.Errorf("fencefs_s3_unreachable = %v after the black hole, want 1", v)
 	}
 	for _, op := range []struct {
 		name string
@@ -186,6 +207,9 @@ func TestBlackHoleFailsFastAndRecoversAtOnce(t *testing.T) {
 	if _, err := s.Stat(ctx, "big"); err != nil {
 		t.Fatalf("first stat after healing: %v", err)
 	}
+	if v := unreachable(t, reg); v != 0 {
+		t.Errorf("fencefs_s3_unreachable = %v after healing, want 0", v)
+	}
 	if _, err := put(ctx, s, "new", "x", objstore.PutOptions{Cond: objstore.Condition{IfNoneMatch: true}}); err != nil {
 		t.Fatalf("create after healing: %v", err)
 	}
@@ -195,7 +219,7 @@ func TestBlackHoleFailsFastAndRecoversAtOnce(t *testing.T) {
 // reset: requests fail with ErrUnavailable (not EINVAL), and succeed again
 // once the resets stop.
 func TestResetConnectionsFailUnavailableThenRecover(t *testing.T) {
-	proxy, s, direct := proxiedStore(t, time.Second)
+	proxy, s, direct := proxiedStore(t, time.Second, nil)
 	ctx := ctxT(t)
 	if _, err := put(ctx, direct, "k", "v", objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -223,7 +247,7 @@ func TestSlowButMovingUploadOutlivesTheIdleTimeout(t *testing.T) {
 	// kernel has already acknowledged take to pass the toxic (its receive
 	// buffer, ~1 MiB here): those move where the client cannot see them.
 	const idle = 2 * time.Second
-	proxy, s, direct := proxiedStore(t, idle)
+	proxy, s, direct := proxiedStore(t, idle, nil)
 	ctx := ctxT(t)
 	body := bytes.Repeat([]byte("slow but moving "), (8<<20)/16) // 8 MiB at 1 MiB/s: ~8 s
 	proxy.Slow(t, 1024)
@@ -251,18 +275,7 @@ func TestSlowButMovingUploadOutlivesTheIdleTimeout(t *testing.T) {
 // applies only while a request uses a connection: one that waits in the
 // pool longer than the timeout is still reused.
 func TestPooledConnectionOutlivesTheIdleTimeout(t *testing.T) {
-	bin, err := gateway.FindBinary()
-	if err != nil {
-		gateway.SkipOrFail(t, "%v", err)
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer scancel()
-	gw, err := gateway.Start(sctx, gateway.Options{Bin: bin, Dir: t.TempDir(), KeepAlive: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gw.Stop() })
-	cfg := config(t, gw)
+	cfg := config(t, keepAliveGateway(t))
 	const idle = 300 * time.Millisecond
 	cfg.IdleTimeout = idle
 	s := newStore(t, cfg)
