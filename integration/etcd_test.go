@@ -159,14 +159,7 @@ func TestRunEtcdFrozenLeaderIsFencedAndStopped(t *testing.T) {
 		"fencefs_lease_acquisitions_total{how=\"elected\",lease=\"leader\"} 1")
 
 	// The mount and the command wake first: the storage refuses them.
-	resumedAt := len(readChildLog(t, logA))
-	_ = syscall.Kill(ma.Pid(), syscall.SIGCONT)
-	_ = syscall.Kill(-startA.pid, syscall.SIGCONT)
-	waitUntil(ctx, t, "A's command gets EROFS through its fenced mount", func() bool {
-		evs := readChildLog(t, logA)
-		_, ok := findEvent(evs[min(resumedAt, len(evs)):], func(e childEvent) bool { return e.kind == "write" && e.res == "EROFS" })
-		return ok
-	})
+	thawAndWantEROFS(ctx, t, logA, ma, startA.pid)
 	// Then fencefs run A: its session has ended, it stops the command.
 	_ = syscall.Kill(runA.cmd.Process.Pid, syscall.SIGCONT)
 	if code := runA.wait(ctx, t); code != 75 {
@@ -181,22 +174,7 @@ func TestRunEtcdFrozenLeaderIsFencedAndStopped(t *testing.T) {
 	if last := evsA[len(evsA)-1]; last.kind != "term" {
 		t.Errorf("A's command was not stopped by SIGTERM; its last event: %+v", last)
 	}
-	fenced := false
-	for _, e := range evsA {
-		if e.kind != "write" {
-			continue
-		}
-		o := readLeaseObj(ctx, t, gw, bucket, e.key)
-		switch {
-		case e.res == "ok" && (fenced || !o.landed(e.key, startA.token)):
-			t.Errorf("A's acknowledged write %s: %+v (after a refusal: %v)", e.key, o, fenced)
-		case e.res != "ok":
-			fenced = true
-			if o.exists && !o.tombstone {
-				t.Errorf("A's refused write %s (%s) is in the bucket: %+v", e.key, e.res, o)
-			}
-		}
-	}
+	checkFencedWrites(ctx, t, gw, bucket, evsA, startA.token)
 
 	// B keeps writing; SIGTERM is forwarded, the command exits 0, B resigns.
 	if err := runB.cmd.Process.Signal(syscall.SIGTERM); err != nil {

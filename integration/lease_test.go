@@ -260,6 +260,47 @@ func findEvent(evs []childEvent, match func(childEvent) bool) (childEvent, bool)
 	return childEvent{}, false
 }
 
+// thawAndWantEROFS resumes a frozen leader's mount and command group (not
+// its fencefs run: nothing has told the command of the loss yet) and waits
+// until the command's writes are refused by the storage.
+func thawAndWantEROFS(ctx context.Context, t *testing.T, logPath string, mount *harness.FS, cmdPid int) {
+	t.Helper()
+	resumedAt := len(readChildLog(t, logPath))
+	_ = syscall.Kill(mount.Pid(), syscall.SIGCONT)
+	_ = syscall.Kill(-cmdPid, syscall.SIGCONT)
+	waitUntil(ctx, t, "the old leader's command gets EROFS through its fenced mount", func() bool {
+		evs := readChildLog(t, logPath)
+		_, ok := findEvent(evs[min(resumedAt, len(evs)):], func(e childEvent) bool { return e.kind == "write" && e.res == "EROFS" })
+		return ok
+	})
+}
+
+// checkFencedWrites checks the writes of a fenced leader with token tok:
+// every one reported ok is in the bucket under its epoch (or newer); once
+// refused, its mount refuses every later write; refused ones left nothing
+// (or a sweep tombstone) behind.
+func checkFencedWrites(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket string, evs []childEvent, tok uint64) {
+	t.Helper()
+	fenced := false
+	for _, e := range evs {
+		if e.kind != "write" {
+			continue
+		}
+		o := readLeaseObj(ctx, t, gw, bucket, e.key)
+		switch {
+		case e.res == "ok" && fenced:
+			t.Errorf("write %s succeeded after an earlier one was refused", e.key)
+		case e.res == "ok" && !o.landed(e.key, tok):
+			t.Errorf("acknowledged write %s: %+v; want its bytes stamped %d or newer", e.key, o, tok)
+		case e.res != "ok":
+			fenced = true
+			if o.exists && !o.tombstone {
+				t.Errorf("refused write %s (%s) is in the bucket: %+v", e.key, e.res, o)
+			}
+		}
+	}
+}
+
 // leaseObj is an object as a plain S3 client sees it.
 type leaseObj struct {
 	exists, tombstone bool
@@ -434,14 +475,7 @@ func TestRunFrozenLeaderIsFencedAndStopped(t *testing.T) {
 
 	// The mount and the command wake up first; fencefs run A stays frozen,
 	// so nothing has told the command yet: the storage refuses it.
-	resumedAt := len(readChildLog(t, logA))
-	_ = syscall.Kill(ma.Pid(), syscall.SIGCONT)
-	_ = syscall.Kill(-startA.pid, syscall.SIGCONT)
-	waitUntil(ctx, t, "A's command gets EROFS through its fenced mount", func() bool {
-		evs := readChildLog(t, logA)
-		_, ok := findEvent(evs[min(resumedAt, len(evs)):], func(e childEvent) bool { return e.kind == "write" && e.res == "EROFS" })
-		return ok
-	})
+	thawAndWantEROFS(ctx, t, logA, ma, startA.pid)
 
 	// Now fencefs run A wakes: it finds its lease lost, stops the command
 	// and exits 75.
@@ -458,27 +492,7 @@ func TestRunFrozenLeaderIsFencedAndStopped(t *testing.T) {
 		t.Errorf("A's command was not stopped by SIGTERM; its last event: %+v", last)
 	}
 
-	// A's writes: every one reported ok is in the bucket under A's epoch;
-	// once refused, A's mount refuses every later write; refused ones left
-	// nothing (or a sweep tombstone) behind.
-	fenced := false
-	for _, e := range evsA {
-		if e.kind != "write" {
-			continue
-		}
-		o := readLeaseObj(ctx, t, gw, bucket, e.key)
-		switch {
-		case e.res == "ok" && fenced:
-			t.Errorf("A's write %s succeeded after an earlier one was refused", e.key)
-		case e.res == "ok" && !o.landed(e.key, tokA):
-			t.Errorf("A's acknowledged write %s: %+v; want its bytes stamped %d or newer", e.key, o, tokA)
-		case e.res != "ok":
-			fenced = true
-			if o.exists && !o.tombstone {
-				t.Errorf("A's refused write %s (%s) is in the bucket: %+v", e.key, e.res, o)
-			}
-		}
-	}
+	checkFencedWrites(ctx, t, gw, bucket, evsA, tokA)
 
 	// B keeps the lease and its writes land; SIGTERM to fencefs run B is
 	// forwarded, the command exits 0, the lease is released.

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,17 +26,7 @@ func TestRunEtcdRefusesBadSettingsAsUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := newRunCmd()
-			cmd.SetArgs(append(append([]string{"--lease", "l", "--mount", dir}, tt.args...), "--", "true"))
-			cmd.SilenceErrors, cmd.SilenceUsage = true, true
-			err := cmd.Execute()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v; want one containing %q", err, tt.want)
-			}
-			var ue usageError
-			if !errors.As(err, &ue) && !isFlagError(err) {
-				t.Errorf("err = %v is not a usage error (exit 2)", err)
-			}
+			wantRunUsageError(t, append(append([]string{"--lease", "l", "--mount", dir}, tt.args...), "--", "true"), tt.want)
 		})
 	}
 }

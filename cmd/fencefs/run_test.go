@@ -30,19 +30,24 @@ func TestRunRefusesBadCommandLinesAsUsageErrors(t *testing.T) {
 		{"not a fencefs mount", []string{"--lease", "l", "--mount", dir, "--", "true"}, "is not a fencefs mount"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cmd := newRunCmd()
-			cmd.SetArgs(tt.args)
-			cmd.SilenceErrors, cmd.SilenceUsage = true, true
-			err := cmd.Execute()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v; want one containing %q", err, tt.want)
-			}
-			var ue usageError
-			if !errors.As(err, &ue) && !isFlagError(err) {
-				t.Errorf("err = %v is not a usage error (exit 2)", err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantRunUsageError(t, tt.args, tt.want) })
+	}
+}
+
+// wantRunUsageError runs `fencefs run ARGS` and checks that it fails with
+// a usage error (exit 2) containing want.
+func wantRunUsageError(t *testing.T, args []string, want string) {
+	t.Helper()
+	cmd := newRunCmd()
+	cmd.SetArgs(args)
+	cmd.SilenceErrors, cmd.SilenceUsage = true, true
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v; want one containing %q", err, want)
+	}
+	var ue usageError
+	if !errors.As(err, &ue) && !isFlagError(err) {
+		t.Errorf("err = %v is not a usage error (exit 2)", err)
 	}
 }
 
