@@ -47,23 +47,8 @@ type invocation struct {
 
 func load(t *testing.T, inv invocation) (*Config, error) {
 	t.Helper()
-	isolate(t)
-	for _, kv := range inv.env {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
-	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	fs.String(FlagConfig, "", "")
-	RegisterFlags(fs, GroupAll)
-	args := inv.args
-	if inv.file != "" {
-		p := filepath.Join(t.TempDir(), "fencefs.yaml")
-		if err := os.WriteFile(p, []byte(inv.file), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		args = append([]string{"--config", p}, args...)
-	}
-	if err := fs.Parse(args); err != nil {
+	fs, err := inv.flags(t, GroupAll)
+	if err != nil {
 		return nil, err
 	}
 	target := inv.target

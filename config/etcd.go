@@ -90,16 +90,8 @@ func LoadEtcd(src Source) (*Etcd, error) {
 	if err := l.readFile(); err != nil {
 		return nil, err
 	}
-	for _, s := range etcdSettings {
-		l.v.SetDefault(s.Key, s.Default)
-		if err := l.v.BindEnv(append([]string{s.Key}, s.Env...)...); err != nil {
-			return nil, err
-		}
-		if f := l.flag(s); f != nil {
-			if err := l.v.BindPFlag(s.Key, f); err != nil {
-				return nil, err
-			}
-		}
+	if err := l.bind(etcdSettings); err != nil {
+		return nil, err
 	}
 	e, err := l.buildEtcd()
 	if err != nil {

@@ -12,7 +12,9 @@ import (
 	"github.com/spf13/pflag"
 )
 
-func loadEtcd(t *testing.T, inv invocation) (*Etcd, error) {
+// flags isolates the test's environment, sets inv's, writes inv's config
+// file and parses inv's flags (those of groups, and --config).
+func (inv invocation) flags(t *testing.T, groups Group) (*pflag.FlagSet, error) {
 	t.Helper()
 	isolate(t)
 	for _, kv := range inv.env {
@@ -21,7 +23,7 @@ func loadEtcd(t *testing.T, inv invocation) (*Etcd, error) {
 	}
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	fs.String(FlagConfig, "", "")
-	RegisterFlags(fs, GroupEtcd|GroupS3)
+	RegisterFlags(fs, groups)
 	args := inv.args
 	if inv.file != "" {
 		p := filepath.Join(t.TempDir(), "fencefs.yaml")
@@ -30,7 +32,13 @@ func loadEtcd(t *testing.T, inv invocation) (*Etcd, error) {
 		}
 		args = append([]string{"--config", p}, args...)
 	}
-	if err := fs.Parse(args); err != nil {
+	return fs, fs.Parse(args)
+}
+
+func loadEtcd(t *testing.T, inv invocation) (*Etcd, error) {
+	t.Helper()
+	fs, err := inv.flags(t, GroupEtcd|GroupS3)
+	if err != nil {
 		return nil, err
 	}
 	return LoadEtcd(Source{Flags: fs, SearchPaths: []string{}})

@@ -107,16 +107,8 @@ func Load(src Source, requireMount bool) (*Config, error) {
 	if err := l.readFile(); err != nil {
 		return nil, err
 	}
-	for _, s := range settings {
-		l.v.SetDefault(s.Key, s.Default)
-		if err := l.v.BindEnv(append([]string{s.Key}, s.Env...)...); err != nil {
-			return nil, err
-		}
-		if f := l.flag(s); f != nil {
-			if err := l.v.BindPFlag(s.Key, f); err != nil {
-				return nil, err
-			}
-		}
+	if err := l.bind(settings); err != nil {
+		return nil, err
 	}
 	for key, o := range l.opts {
 		if f := l.flag(o.s); f != nil && f.Changed {
@@ -163,6 +155,22 @@ func Load(src Source, requireMount bool) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// bind gives viper the defaults, environment variables and flags of list.
+func (l *loader) bind(list []Setting) error {
+	for _, s := range list {
+		l.v.SetDefault(s.Key, s.Default)
+		if err := l.v.BindEnv(append([]string{s.Key}, s.Env...)...); err != nil {
+			return err
+		}
+		if f := l.flag(s); f != nil {
+			if err := l.v.BindPFlag(s.Key, f); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func mustSetting(key string) Setting {
