@@ -29,13 +29,14 @@ func timedOp(t *testing.T, limit time.Duration, op func() error) (error, time.Du
 	return err, time.Since(start)
 }
 
-// TestCutNetworkFailsClosedFastAndRecoversAtOnce cuts the link between a
-// mount with the default timeouts and the gateway (toxiproxy drops every
-// byte, connections stay open: a black hole). A write+close and a cold
-// read fail with EIO within the idle timeout plus the breaker's probe (well
-// under 30 s); the next calls while the storage is known down fail within
-// a few seconds; nothing lands; after healing, the very first call
-// succeeds.
+// TestCutNetworkFailsClosedFastAndRecoversAtOnce breaks the link between a
+// mount with the default timeouts and the gateway in three ways: a black
+// hole (toxiproxy drops every byte, connections stay open), a stopped
+// server (SIGSTOP: the kernel still accepts and buffers) and resets. The
+// first write+close or cold read fails with EIO within the idle timeout
+// plus the breaker's probe (asserted < 30 s); the next call while the
+// storage is known down fails within a few seconds; nothing refused lands;
+// after the repair, the very first call succeeds.
 func TestCutNetworkFailsClosedFastAndRecoversAtOnce(t *testing.T) {
 	harness.RequireFUSE(t)
 	gw := gateway.ForTest(t)
@@ -63,20 +64,36 @@ func TestCutNetworkFailsClosedFastAndRecoversAtOnce(t *testing.T) {
 		}
 		return err
 	}
-	// Each round cuts the link, makes a first call (it meets the black
-	// hole: EIO after the idle timeout) and a next one (the storage is
-	// known down: EIO at once), heals, and makes the first call again.
+	cut, heal := func() { proxy.Cut(t) }, func() { proxy.Heal(t) }
+	stop := func() {
+		if err := syscall.Kill(gw.Pid(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cont := func() {
+		if err := syscall.Kill(gw.Pid(), syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = syscall.Kill(gw.Pid(), syscall.SIGCONT) })
+	// Each round breaks the link, makes a first call (it meets the fault:
+	// EIO after the idle timeout for a black hole) and a next one (the
+	// storage is known down: EIO at once), repairs the link, and makes the
+	// first call again: it must succeed.
+	want := "before the cut" // f's content, which a refused write must not change
 	for _, round := range []struct {
-		name      string
-		first     func() error
-		next      func() error
-		healed    func() error
-		unchanged string // f's content that must survive the cut
+		name          string
+		fault, repair func()
+		first, next   func() error
+		healed        func() error
+		after         string // f's content after healed
 	}{
-		{"write+close", write("during the cut"), write("during the cut, again"), write("after healing"), "before the cut"},
-		{"cold read", readCold, readCold, readCold, "after healing"},
+		{"write+close across a black hole", cut, heal, write("during the cut"), write("during the cut, again"), write("after healing"), "after healing"},
+		{"cold read across a black hole", cut, heal, readCold, readCold, readCold, "after healing"},
+		{"write+close to a stopped server", stop, cont, write("while stopped"), readCold, write("after SIGCONT"), "after SIGCONT"},
+		{"write+close through resets", func() { proxy.Reset(t) }, func() { proxy.Unreset(t) }, write("while reset"), readCold, write("after the resets"), "after the resets"},
 	} {
-		proxy.Cut(t)
+		round.fault()
 		for _, call := range []struct {
 			which string
 			op    func() error
@@ -86,24 +103,23 @@ func TestCutNetworkFailsClosedFastAndRecoversAtOnce(t *testing.T) {
 			{"next", round.next, 5 * time.Second},
 		} {
 			err, took := timedOp(t, 90*time.Second, call.op)
-			t.Logf("%s %s during the cut: %v after %v", call.which, round.name, err, took.Round(time.Millisecond))
+			t.Logf("%s: %s call: %v after %v", round.name, call.which, err, took.Round(time.Millisecond))
 			if !errors.Is(err, syscall.EIO) {
-				t.Errorf("%s %s during the cut: err = %v, want EIO", call.which, round.name, err)
+				t.Errorf("%s: %s call: err = %v, want EIO", round.name, call.which, err)
 			}
 			if took > call.limit {
-				t.Errorf("%s %s during the cut failed after %v, want within %v", call.which, round.name, took, call.limit)
+				t.Errorf("%s: %s call failed after %v, want within %v", round.name, call.which, took, call.limit)
 			}
 		}
-		if got := readObject(t, gw, bucket, "f"); string(got.body) != round.unchanged {
-			t.Fatalf("f changed during the cut: %q, want %q", got.body, round.unchanged)
-		}
-		proxy.Heal(t)
+		round.repair()
 		if err, took := timedOp(t, 30*time.Second, round.healed); err != nil {
-			t.Fatalf("first %s after healing: %v (after %v)", round.name, err, took)
+			t.Fatalf("%s: first call after the repair: %v (after %v)", round.name, err, took)
 		}
-	}
-	if got := readObject(t, gw, bucket, "f"); string(got.body) != "after healing" || got.epoch != "17" {
-		t.Fatalf("f = %q stamped %q after healing, want the write that close acknowledged, stamped 17", got.body, got.epoch)
+		got := readObject(t, gw, bucket, "f")
+		if string(got.body) != round.after || got.epoch != "17" {
+			t.Fatalf("%s: f = %q stamped %q, want %q (the refused write %q must not have landed), stamped 17", round.name, got.body, got.epoch, round.after, want)
+		}
+		want = round.after
 	}
 }
 
