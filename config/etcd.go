@@ -106,6 +106,22 @@ func LoadEtcd(src Source) (*Etcd, error) {
 	return e, nil
 }
 
+// bind gives viper the defaults, environment variables and flags of list.
+func (l *loader) bind(list []Setting) error {
+	for _, s := range list {
+		l.v.SetDefault(s.Key, s.Default)
+		if err := l.v.BindEnv(append([]string{s.Key}, s.Env...)...); err != nil {
+			return err
+		}
+		if f := l.flag(s); f != nil {
+			if err := l.v.BindPFlag(s.Key, f); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // checkEtcdEnv refuses FENCEFS_ETCD_* variables that name no setting.
 func checkEtcdEnv() error {
 	var acc []string

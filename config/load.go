@@ -157,22 +157,6 @@ func Load(src Source, requireMount bool) (*Config, error) {
 	return c, nil
 }
 
-// bind gives viper the defaults, environment variables and flags of list.
-func (l *loader) bind(list []Setting) error {
-	for _, s := range list {
-		l.v.SetDefault(s.Key, s.Default)
-		if err := l.v.BindEnv(append([]string{s.Key}, s.Env...)...); err != nil {
-			return err
-		}
-		if f := l.flag(s); f != nil {
-			if err := l.v.BindPFlag(s.Key, f); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 func mustSetting(key string) Setting {
 	s, ok := settingByKey(key)
 	if !ok {
