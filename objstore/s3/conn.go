@@ -17,16 +17,14 @@ import (
 //   - connecting (TCP, then TLS) is bounded by Config.ConnectTimeout;
 //   - while a request uses a connection, a read or write fails once no
 //     byte has moved in either direction for Config.IdleTimeout (a black
-//     hole, a stopped server, a partition that keeps connections open);
+//     hole, a stopped server, a partition that keeps connections open).
+//     Bytes leaving the socket's send queue count as moving (the end of
+//     a body on a slow link waits there, after the last Write returned);
 //   - a connection waiting in the pool has no deadline.
 //
 // The transport reports through httptrace when a request takes a
 // connection (GotConn) and when it returns it to the pool (PutIdleConn);
 // idleConn arms its deadlines only between the two.
-
-// writeChunk is the largest piece written at once, so that a slow but
-// moving upload renews the deadline between pieces.
-const writeChunk = 16 << 10
 
 // idleConn is a net.Conn with the idle timeout described above. Safe for
 // the concurrent use net/http makes of it (one reader, one writer, and the
@@ -40,8 +38,13 @@ type idleConn struct {
 	gen     uint64    // requests that took it so far; GUARDED_BY(mu)
 	armedAt time.Time // when the deadlines were last renewed; GUARDED_BY(mu)
 	// queued is the send queue seen at the last deadline that passed with
-	// bytes still queued (-1: none since the last renewal); GUARDED_BY(mu)
+	// bytes still queued (-1: none since bytes last moved through Read or
+	// Write); GUARDED_BY(mu)
 	queued int
+	// checkedAt and wasMoving: the last draining check, shared by the
+	// reader and the writer whose deadlines pass together; GUARDED_BY(mu)
+	checkedAt time.Time
+	wasMoving bool
 }
 
 func newIdleConn(c net.Conn, idle time.Duration) *idleConn {
@@ -136,10 +139,18 @@ func (c *idleConn) Read(b []byte) (int, error) {
 func (c *idleConn) draining() bool {
 	q, ok := unsent(c.Conn)
 	c.mu.Lock()
+	now := time.Now()
+	if !c.checkedAt.IsZero() && now.Sub(c.checkedAt) < c.idle/8 {
+		// The other side of the connection just checked this deadline.
+		moving := c.wasMoving
+		c.mu.Unlock()
+		return moving
+	}
 	moving := ok && (q > 0 && (c.queued < 0 || q < c.queued) || q == 0 && c.queued > 0)
 	if ok && (q > 0 || c.queued > 0) {
 		c.queued = q
 	}
+	c.checkedAt, c.wasMoving = now, moving
 	if moving {
 		c.armedAt = time.Time{}
 	}
@@ -152,20 +163,21 @@ func (c *idleConn) draining() bool {
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	total := 0
-	for len(b) > 0 {
+	for {
 		c.renew()
-		piece := b[:min(len(b), writeChunk)]
-		n, err := c.Conn.Write(piece)
+		n, err := c.Conn.Write(b)
 		total += n
+		b = b[n:]
 		if n > 0 {
 			c.moved()
 		}
-		if err != nil {
-			return total, err
+		// A deadline that passed while bytes still moved (part of b went
+		// out, or the send buffer drains): write the rest.
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && len(b) > 0 && (n > 0 || c.draining()) {
+			continue
 		}
-		b = b[n:]
+		return total, err
 	}
-	return total, nil
 }
 
 // asIdleConn finds the idleConn under c (a *tls.Conn wraps it).
