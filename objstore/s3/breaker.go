@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -38,6 +39,7 @@ type breaker struct {
 	probe       func(ctx context.Context) error // nil: the server answered
 	quick, slow time.Duration
 	m           *metrics
+	log         *slog.Logger
 	stop        chan struct{} // closed by Close
 
 	mu      sync.Mutex
@@ -65,8 +67,8 @@ func (r *probeRun) finished() bool {
 	}
 }
 
-func newBreaker(probe func(ctx context.Context) error, quick, slow time.Duration, m *metrics) *breaker {
-	return &breaker{probe: probe, quick: quick, slow: slow, m: m, stop: make(chan struct{})}
+func newBreaker(probe func(ctx context.Context) error, quick, slow time.Duration, m *metrics, log *slog.Logger) *breaker {
+	return &breaker{probe: probe, quick: quick, slow: slow, m: m, log: log, stop: make(chan struct{})}
 }
 
 // allow returns nil when a request may be sent, else an ErrUnavailable
@@ -118,6 +120,7 @@ func (b *breaker) answered() {
 	defer b.mu.Unlock()
 	b.broken = 0
 	if b.open {
+		b.log.Info("s3: the storage answers again", "down_for", time.Since(b.since).Round(time.Millisecond))
 		b.open, b.cause, b.latest = false, nil, nil
 		b.m.reachable(true)
 	}
@@ -134,6 +137,7 @@ func (b *breaker) failed(err error, down bool) {
 	}
 	b.open, b.since, b.cause, b.latest = true, time.Now(), err, nil
 	b.m.reachable(false)
+	b.log.Warn("s3: the storage does not answer; requests fail at once until a probe gets an answer", "err", err)
 	if !b.looping && !b.closed {
 		b.looping = true
 		go b.loop()

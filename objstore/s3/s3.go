@@ -160,7 +160,8 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// ListPageSize is the max-keys of each List request; 0 means 1000.
 	ListPageSize int
-	// Logger receives retries and cleanup failures; nil means none.
+	// Logger receives retries, cleanup failures and the storage going
+	// down and coming back; nil means none.
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil means none. Several stores may
 	// share one Registerer (the collectors are shared).
@@ -347,7 +348,7 @@ func newStore(cfg Config) (*Store, error) {
 	}
 	s.core = core
 	s.m = newMetrics(cfg.Registerer)
-	s.brk = newBreaker(s.probe, cfg.ProbeTimeout, cfg.ConnectTimeout+cfg.IdleTimeout, s.m)
+	s.brk = newBreaker(s.probe, cfg.ProbeTimeout, cfg.ConnectTimeout+cfg.IdleTimeout, s.m, s.log)
 	return s, nil
 }
 
