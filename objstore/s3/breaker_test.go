@@ -1,0 +1,131 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// fakeProbe is a probe whose answer the test switches; while hold is set,
+// a probe blocks until its context ends (a black hole).
+type fakeProbe struct {
+	up    atomic.Bool
+	hold  atomic.Bool
+	calls atomic.Int32
+}
+
+func (p *fakeProbe) probe(ctx context.Context) error {
+	p.calls.Add(1)
+	if p.hold.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if p.up.Load() {
+		return nil
+	}
+	return errors.New("connection refused")
+}
+
+func testBreaker(t *testing.T, p *fakeProbe, quick time.Duration) *breaker {
+	b := newBreaker(p.probe, quick, quick, nil, slog.New(slog.DiscardHandler))
+	t.Cleanup(b.close)
+	return b
+}
+
+func TestBreakerOpensOnATimeoutOrOnRepeatedBrokenConnections(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failures []bool // the down flag of each failure, in order
+		wantOpen bool
+	}{
+		{"one timeout", []bool{true}, true},
+		{"two broken connections", []bool{false, false}, false},
+		{"three broken connections", []bool{false, false, false}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBreaker(t, &fakeProbe{}, time.Second)
+			for _, down := range tc.failures {
+				b.failed(errors.New("no answer"), down)
+			}
+			if b.isOpen() != tc.wantOpen {
+				t.Fatalf("open = %v, want %v", b.isOpen(), tc.wantOpen)
+			}
+		})
+	}
+}
+
+func TestBreakerAnswerBetweenBrokenConnectionsKeepsItClosed(t *testing.T) {
+	b := testBreaker(t, &fakeProbe{}, time.Second)
+	b.failed(errors.New("reset"), false)
+	b.failed(errors.New("reset"), false)
+	b.answered()
+	b.failed(errors.New("reset"), false)
+	if b.isOpen() {
+		t.Fatal("open after an answer came between the broken connections")
+	}
+}
+
+// TestBreakerFailsCallsFastWhileDownAndLetsTheFirstThroughAfter checks
+// the open breaker: a call waits for its own probe only, fails with a
+// certain ErrUnavailable (nothing sent) while the probe gets no answer, and
+// passes as soon as one does — also when an older probe, started before the
+// storage came back, is still hanging.
+func TestBreakerFailsCallsFastWhileDownAndLetsTheFirstThroughAfter(t *testing.T) {
+	const quick = 300 * time.Millisecond
+	p := &fakeProbe{}
+	b := testBreaker(t, p, quick)
+	ctx := context.Background()
+	b.failed(errors.New("i/o timeout"), true)
+
+	err := b.allow(ctx, "head")
+	var oe *opError
+	if !errors.Is(err, objstore.ErrUnavailable) || !errors.As(err, &oe) || !oe.certain || oe.retryable() {
+		t.Fatalf("call while down: %v, want a certain, final ErrUnavailable", err)
+	}
+
+	// A probe hangs (the black hole); the storage comes back meanwhile.
+	p.hold.Store(true)
+	hung := make(chan error, 1)
+	go func() { hung <- b.allow(ctx, "head") }()
+	for p.calls.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(2 * probeFresh)
+	p.hold.Store(false)
+	p.up.Store(true)
+	start := time.Now()
+	if err := b.allow(ctx, "put"); err != nil {
+		t.Fatalf("first call after the storage answers again: %v", err)
+	}
+	if took := time.Since(start); took >= quick {
+		t.Errorf("the first call after recovery waited %v: it joined the probe that started before", took)
+	}
+	if b.isOpen() {
+		t.Error("still open after a probe got an answer")
+	}
+	if err := <-hung; err == nil {
+		t.Error("the call whose probe hung passed")
+	}
+	if err := b.allow(ctx, "get"); err != nil {
+		t.Errorf("call once closed: %v", err)
+	}
+}
+
+func TestBreakerProbesInTheBackground(t *testing.T) {
+	p := &fakeProbe{}
+	b := testBreaker(t, p, 200*time.Millisecond)
+	b.failed(errors.New("i/o timeout"), true)
+	p.up.Store(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for b.isOpen() {
+		if time.Now().After(deadline) {
+			t.Fatal("the background probe never closed the breaker")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
