@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseSizeAcceptsBinaryUnitsAndRejectsGarbage(t *testing.T) {
@@ -302,33 +304,71 @@ func TestRequestsTableCountsMissingKindsAsZero(t *testing.T) {
 		r.add("fencefs-strict", &measurement{run: i + 1, values: map[string]float64{}, requests: map[string]map[string]reqStat{mCreate: c}})
 	}
 	var b bytes.Buffer
-	r.requestsTable(&b, metricDefs(cfg))
+	r.requestsTable(&b, "requests", metricDefs(cfg))
 	if !strings.Contains(b.String(), "| fencefs-strict | – | – | delete 0.00 @1.00ms, put 1.00 @3.00ms (1.00) |") {
 		t.Errorf("requests table:\n%s", b.String())
 	}
 }
 
 func TestCPUMeterCountsOurOwnBusyLoopAsOurs(t *testing.T) {
+	const burn = 300 * time.Millisecond
 	m := startCPUMeter(os.Getpid())
-	deadline := time.Now().Add(300 * time.Millisecond)
-	x := 0
-	for time.Now().Before(deadline) {
-		x++
+	c0, err := cpuTotal()
+	if err != nil {
+		t.Fatal(err)
 	}
-	got := m.other()
-	if got < 0 {
-		t.Fatal("meter could not read /proc")
+	burned := burnCPU(t, burn)
+	ours := m.ours()
+	c1, err := cpuTotal()
+	if err != nil {
+		t.Fatal(err)
 	}
-	// This process spun one CPU for the whole interval; the meter must
-	// not report that as other load. (Whatever else runs on the machine is
-	// other load, so only an upper bound on the machine's CPU count holds.)
-	if got > float64(runtime.NumCPU()) {
-		t.Errorf("other load %.2f CPUs exceeds the machine's %d", got, runtime.NumCPU())
+	// /proc counts in clock ticks (10 ms): allow a few.
+	const tick = 0.03
+	if ours < burned-tick {
+		t.Errorf("meter: our processes used %.3fs CPU, but this test burned %.3fs", ours, burned)
 	}
-	if procSeconds(os.Getpid()) == 0 {
-		t.Error("procSeconds of this busy process is 0")
+	if machine := busySeconds(c1) - busySeconds(c0); machine < burned-tick {
+		t.Errorf("the machine was busy %.3fs while this test alone burned %.3fs", machine, burned)
 	}
-	_ = x
+	if other := m.other(); other < 0 {
+		t.Error("meter could not read /proc")
+	}
+
+	idle := startCPUMeter(os.Getpid())
+	time.Sleep(burn)
+	if got := idle.ours(); got > 0.1*burn.Seconds()+tick {
+		t.Errorf("meter: %.3fs of our CPU during %v of sleep", got, burn)
+	}
+}
+
+// burnCPU spins one goroutine, locked to its thread, until that thread has
+// used d of CPU time (however loaded the machine), and returns the thread's
+// CPU time as the kernel reports it.
+func burnCPU(t *testing.T, d time.Duration) float64 {
+	t.Helper()
+	done := make(chan float64)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var ts unix.Timespec
+		spent := func() time.Duration {
+			if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+				return d // give up spinning; the checks will fail
+			}
+			return time.Duration(ts.Nano())
+		}
+		start := spent()
+		x := 0
+		for spent()-start < d {
+			for i := 0; i < 10000; i++ {
+				x += i
+			}
+		}
+		_ = x
+		done <- (spent() - start).Seconds()
+	}()
+	return <-done
 }
 
 func TestRotateStartsEachRunWithTheNextTarget(t *testing.T) {

@@ -16,22 +16,37 @@ import (
 )
 
 // benchEnv is what every target run shares: the gateway, an S3 client for
-// setup and durability checks, and the large file's content.
+// setup and durability checks, the large file's content, and what the
+// legacy-program workloads share (legacy.go).
 type benchEnv struct {
 	cfg       config
 	gw        *gateway.Gateway
 	client    *minio.Client
 	large     *largeSource
 	srcBucket string // holds largeReadKey, copied into each target's bucket
+	legacy    legacyEnv
 }
 
-// newBenchEnv prepares the shared state: the large source file in the work
-// directory and the bucket holding the object every target reads sequentially.
+// newBenchEnv prepares the shared state of the selected workloads: the large
+// source file in the work directory and the bucket holding the object every
+// target reads sequentially; what the legacy workloads share.
 func newBenchEnv(ctx context.Context, cfg config, gw *gateway.Gateway) (*benchEnv, error) {
 	e := &benchEnv{cfg: cfg, gw: gw, client: gw.Client(), srcBucket: "bench-source"}
+	if cfg.selectedAny(legacyWorkloads) {
+		if err := e.prepareLegacy(ctx); err != nil {
+			e.close()
+			return nil, err
+		}
+	}
+	if !cfg.selectedAny([]string{mSeqRead, mSeqWrite}) {
+		return e, nil
+	}
 	var err error
 	if e.large, err = newLargeSource(filepath.Join(cfg.WorkDir, "large.bin"), cfg.LargeSize, cfg.WriteChunk); err != nil {
 		return nil, err
+	}
+	if !cfg.selected(mSeqRead) {
+		return e, nil
 	}
 	if err := gw.CreateBucket(ctx, e.srcBucket); err != nil {
 		return nil, err
@@ -51,9 +66,14 @@ func newBenchEnv(ctx context.Context, cfg config, gw *gateway.Gateway) (*benchEn
 
 // close removes the shared state from the gateway.
 func (e *benchEnv) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e.deleteBucket(ctx, e.srcBucket)
+	if e.cfg.selected(mSeqRead) {
+		e.deleteBucket(ctx, e.srcBucket)
+	}
+	if e.legacy.listingBucket != "" {
+		e.deleteBucket(ctx, e.legacy.listingBucket)
+	}
 }
 
 // settle writes back the dirty pages of the filesystem holding the work

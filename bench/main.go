@@ -79,6 +79,12 @@ type config struct {
 	QuietWait     time.Duration // … for at most this long
 	FailOnError   bool          // exit 1 when a target run failed or broke its durability promise
 	Verbose       bool
+	Workloads     []string // workloads to run, in order (see select.go)
+	ShellFiles    int      // files per bash redirect/append loop
+	Shells        int      // parallel shells running the redirect loop
+	TarDir        string   // directory tree archived and extracted with tar x
+	ListFiles     int      // objects in the directory listed with ls -l
+	FindFiles     int      // objects in the 4 directories find walks
 }
 
 func main() {
@@ -105,7 +111,7 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var c config
-	var size, smallSize, partSize, chunk, only, fencefsArgs string
+	var size, smallSize, partSize, chunk, only, fencefsArgs, workloads string
 	fs.StringVar(&c.FencefsBin, "bin", "bin/fencefs", "fencefs binary")
 	fs.StringVar(&c.GatewayBin, "gateway", "", "versitygw binary (default: $FENCEFS_VERSITYGW, <repo>/bin/versitygw, $PATH)")
 	fs.StringVar(&size, "size", "1GiB", "size of the sequentially written and read file")
@@ -131,6 +137,13 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.QuietWait, "quiet-wait", 3*time.Minute, "longest wait for -quiet before measuring anyway")
 	fs.BoolVar(&c.FailOnError, "fail-on-error", false, "exit with status 1 when a target run fails or a target that promises durability at close breaks it (for smoke tests)")
 	fs.BoolVar(&c.Verbose, "v", false, "log every step")
+	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads to run (what they need is added): "+
+		strings.Join(workloadGroups["all"], ",")+"; or the groups basic (issue 8), legacy (issue 17), all")
+	fs.IntVar(&c.ShellFiles, "shell-files", 500, "files written by each bash redirect loop (and appended to)")
+	fs.IntVar(&c.Shells, "shells", 8, "parallel shells running the redirect loop")
+	fs.StringVar(&c.TarDir, "tar-dir", "", "directory tree archived, then extracted with tar x (default $(go env GOROOT)/src/net/http)")
+	fs.IntVar(&c.ListFiles, "ls-files", 20000, "objects in the directory listed with ls -l (written by the raw client)")
+	fs.IntVar(&c.FindFiles, "find-files", 100000, "objects in the 4 directories find -type f walks (written by the raw client)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -162,6 +175,15 @@ func parseFlags(args []string) (config, error) {
 		if !set["quiet"] {
 			c.QuietIdle = 0
 		}
+		if !set["shell-files"] {
+			c.ShellFiles = 50
+		}
+		if !set["ls-files"] {
+			c.ListFiles = 2000
+		}
+		if !set["find-files"] {
+			c.FindFiles = 4000
+		}
 	}
 	var err error
 	if c.LargeSize, err = parseSize(size); err != nil {
@@ -181,7 +203,8 @@ func parseFlags(args []string) (config, error) {
 	}
 	c.WriteChunk = int(ch)
 	if c.Runs < 1 || c.SmallCount < 1 || c.SmallSize < 1 || c.RenameFiles < 1 || c.DirFiles < 1 ||
-		c.CheckEvery < 1 || c.RawThreads < 1 || c.WriteChunk < 1 || c.LargeSize < 1 {
+		c.CheckEvery < 1 || c.RawThreads < 1 || c.WriteChunk < 1 || c.LargeSize < 1 ||
+		c.ShellFiles < 1 || c.Shells < 1 || c.ListFiles < 1 || c.FindFiles < 4 {
 		return c, errors.New("counts and sizes must be positive")
 	}
 	if only != "" {
@@ -192,6 +215,9 @@ func parseFlags(args []string) (config, error) {
 			}
 			c.Only = append(c.Only, name)
 		}
+	}
+	if c.Workloads, err = parseWorkloads(workloads); err != nil {
+		return c, fmt.Errorf("-workloads: %w", err)
 	}
 	c.FencefsArgs = strings.Fields(fencefsArgs)
 	return c, nil
@@ -258,6 +284,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	targets := selectTargets(cfg)
 	res := newResults(cfg, targets)
 	res.Machine = describeMachine(cfg)
+	res.cal, res.tree = env.legacy.cal, env.legacy.tree
 	start := time.Now()
 	for r := 1; r <= cfg.Runs; r++ {
 		for _, t := range rotate(targets, r-1) {

@@ -147,6 +147,16 @@ func startCPUMeter(pids ...int) *cpuMeter {
 // counts as ours).
 func (m *cpuMeter) add(pid int) { m.ourPIDs = append(m.ourPIDs, pid) }
 
+// ours returns the CPU time (seconds) our processes spent since the start.
+// Call it while they are still running: an exited process counts 0.
+func (m *cpuMeter) ours() float64 {
+	var ours float64
+	for _, p := range m.ourPIDs {
+		ours += procSeconds(p)
+	}
+	return ours - m.ours0
+}
+
 // other returns the CPU time spent outside our processes since the start,
 // in CPUs (1.0 = one CPU busy all the time); -1 if unknown. Call it while
 // the processes are still running.
@@ -155,12 +165,8 @@ func (m *cpuMeter) other() float64 {
 	if err != nil || m.unreadErr != nil {
 		return -1
 	}
-	var ours float64
-	for _, p := range m.ourPIDs {
-		ours += procSeconds(p)
-	}
 	d := time.Since(m.start).Seconds()
-	other := busySeconds(c) - m.busy0 - (ours - m.ours0)
+	other := busySeconds(c) - m.busy0 - m.ours()
 	if d <= 0 {
 		return -1
 	}

@@ -46,6 +46,9 @@ type results struct {
 	errors  map[string][]string       // target name → "run N: error"
 	Machine []kv
 	Elapsed time.Duration
+	// what the legacy workloads' bounds are computed from (bounds.go)
+	cal  calibration
+	tree *tarball
 }
 
 func newResults(cfg config, targets []target) *results {
@@ -238,80 +241,12 @@ func (r *results) markdown() string {
 		mode, sizeString(cfg.LargeSize), cfg.SmallCount, sizeString(int64(cfg.SmallSize)),
 		cfg.RenameFiles, cfg.DirFiles, r.Elapsed.Round(time.Second), r.idleSummary())
 
-	// Medians.
-	b.WriteString("## Results (median of runs)\n\n")
-	header := []string{"target", "durable at close"}
-	for _, d := range defs {
-		header = append(header, fmt.Sprintf("%s (%s)", d.title, d.unit))
+	if cfg.selectedAny(basicWorkloads) {
+		r.basicMarkdown(&b, defs, byKey)
 	}
-	var rows [][]string
-	for _, t := range r.targets {
-		row := []string{"**" + t.Name() + "**", r.durableString(t)}
-		for _, d := range defs {
-			row = append(row, num(r.median(t.Name(), d.key)))
-		}
-		rows = append(rows, row)
+	if cfg.selectedAny(legacyWorkloads) {
+		r.legacyMarkdown(&b)
 	}
-	table(&b, header, rows)
-
-	var speedDefs []metricDef
-	for _, d := range defs {
-		if d.speed {
-			speedDefs = append(speedDefs, d)
-		}
-	}
-	ratioTable := func(pairs [][2]string) {
-		header := []string{"target / reference"}
-		for _, d := range speedDefs {
-			header = append(header, d.title)
-		}
-		var rows [][]string
-		for _, p := range pairs {
-			if len(r.runs[p[0]]) == 0 || len(r.runs[p[1]]) == 0 {
-				continue
-			}
-			row := []string{p[0] + " / " + p[1]}
-			for _, d := range speedDefs {
-				row = append(row, ratioString(speedRatio(d, r.median(p[0], d.key), r.median(p[1], d.key))))
-			}
-			rows = append(rows, row)
-		}
-		if len(rows) == 0 {
-			b.WriteString("(not measured)\n\n")
-			return
-		}
-		table(&b, header, rows)
-	}
-
-	b.WriteString("## Speed relative to the raw client (higher is better)\n\n")
-	var pairs [][2]string
-	for _, t := range r.targets {
-		if t.Name() != "raw" {
-			pairs = append(pairs, [2]string{t.Name(), "raw"})
-		}
-	}
-	ratioTable(pairs)
-
-	b.WriteString("## fencefs relative to each peer (higher is better)\n\n")
-	pairs = nil
-	for _, t := range r.targets {
-		if strings.HasPrefix(t.Name(), "fencefs") {
-			for _, p := range peers {
-				pairs = append(pairs, [2]string{t.Name(), p})
-			}
-		}
-	}
-	ratioTable(pairs)
-
-	b.WriteString("## Goals (issue 8)\n\n")
-	rows = nil
-	for _, g := range goals {
-		v, m := r.evaluate(g, byKey)
-		rows = append(rows, []string{g.desc, v, m})
-	}
-	table(&b, []string{"goal", "measured", "met"}, rows)
-
-	r.requestsTable(&b, defs)
 
 	if len(r.errors) > 0 || r.anyFailures() {
 		b.WriteString("## Errors and failed durability checks\n\n")
@@ -335,11 +270,12 @@ func (r *results) markdown() string {
 	b.WriteString("## Every run\n\n")
 	b.WriteString("`idle`: share of the machine's CPU time idle in the 2 s before the run. `other`: CPUs used during the run by " +
 		"processes other than the benchmark, the gateway and the mount (kernel write-back included); other load makes a run noisy.\n\n")
-	header = []string{"target", "run", "idle", "other"}
-	for _, d := range defs {
+	runDefs := append(slices.Clone(defs), legacyDefs(cfg)...)
+	header := []string{"target", "run", "idle", "other"}
+	for _, d := range runDefs {
 		header = append(header, d.key)
 	}
-	rows = nil
+	var rows [][]string
 	for _, t := range r.targets {
 		for _, m := range r.runs[t.Name()] {
 			idle := "?"
@@ -354,7 +290,7 @@ func (r *results) markdown() string {
 			if m.profiled {
 				row[1] += " (perf)"
 			}
-			for _, d := range defs {
+			for _, d := range runDefs {
 				v, ok := m.values[d.key]
 				if !ok {
 					v = math.NaN()
@@ -380,9 +316,65 @@ func (r *results) markdown() string {
 	return b.String()
 }
 
+// basicMarkdown writes the tables of issue 8's workloads: medians, ratios
+// to the raw client and to the peers, the goals, the S3 requests.
+func (r *results) basicMarkdown(b *bytes.Buffer, defs []metricDef, byKey map[string]metricDef) {
+	// Medians.
+	b.WriteString("## Results (median of runs)\n\n")
+	header := []string{"target", "durable at close"}
+	for _, d := range defs {
+		header = append(header, fmt.Sprintf("%s (%s)", d.title, d.unit))
+	}
+	var rows [][]string
+	for _, t := range r.targets {
+		row := []string{"**" + t.Name() + "**", r.durableString(t)}
+		for _, d := range defs {
+			row = append(row, num(r.median(t.Name(), d.key)))
+		}
+		rows = append(rows, row)
+	}
+	table(b, header, rows)
+
+	var speedDefs []metricDef
+	for _, d := range defs {
+		if d.speed {
+			speedDefs = append(speedDefs, d)
+		}
+	}
+	b.WriteString("## Speed relative to the raw client (higher is better)\n\n")
+	var pairs [][2]string
+	for _, t := range r.targets {
+		if t.Name() != "raw" {
+			pairs = append(pairs, [2]string{t.Name(), "raw"})
+		}
+	}
+	r.pairTable(b, speedDefs, pairs)
+
+	b.WriteString("## fencefs relative to each peer (higher is better)\n\n")
+	pairs = nil
+	for _, t := range r.targets {
+		if strings.HasPrefix(t.Name(), "fencefs") {
+			for _, p := range peers {
+				pairs = append(pairs, [2]string{t.Name(), p})
+			}
+		}
+	}
+	r.pairTable(b, speedDefs, pairs)
+
+	b.WriteString("## Goals (issue 8)\n\n")
+	rows = nil
+	for _, g := range goals {
+		v, m := r.evaluate(g, byKey)
+		rows = append(rows, []string{g.desc, v, m})
+	}
+	table(b, []string{"goal", "measured", "met"}, rows)
+
+	r.requestsTable(b, "S3 requests per operation (fencefs metrics, median of runs)", defs)
+}
+
 // requestsTable writes the S3 requests per operation of the targets that
 // report them (fencefs, through its metrics), median over runs.
-func (r *results) requestsTable(b *bytes.Buffer, defs []metricDef) {
+func (r *results) requestsTable(b *bytes.Buffer, title string, defs []metricDef) {
 	var phases []metricDef
 	for _, d := range defs {
 		if d.speed {
@@ -430,7 +422,7 @@ func (r *results) requestsTable(b *bytes.Buffer, defs []metricDef) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("## S3 requests per operation (fencefs metrics, median of runs)\n\n")
+	b.WriteString("## " + title + "\n\n")
 	b.WriteString("Requests of each kind per operation of the workload, with their mean latency, as counted by the mount " +
 		"itself (`fencefs_s3_requests_total`, `fencefs_s3_request_duration_seconds`), retries included; background " +
 		"requests (intent deletions) count in the phase in which they are sent.\n\n")
@@ -520,7 +512,7 @@ func (r *results) problems() []string {
 			out = append(out, fmt.Sprintf("%s: %d of %d durability checks failed", t.Name(), failed, checks))
 		}
 	}
-	return out
+	return append(out, r.legacyProblems()...)
 }
 
 func (r *results) anyFailures() bool {

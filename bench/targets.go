@@ -65,7 +65,8 @@ func targetNames() []string {
 	return names
 }
 
-// allTargets returns every known target, raw client first.
+// allTargets returns every known target, raw client first, the FUSE floor
+// (legacy.go) last.
 func allTargets(cfg config) []target {
 	fencefs := func(mode string) target {
 		return &mountTarget{
@@ -135,13 +136,23 @@ func allTargets(cfg config) []target {
 		fencefs("strict"), fencefs("fast"), fencefs("off"),
 		s3fs,
 		rclone("off"), rclone("writes"),
+		floorTarget{},
 	}
 }
 
-// selectTargets returns the targets chosen with -only (all by default).
+// selectTargets returns the targets chosen with -only (all by default),
+// and the FUSE floor when a legacy workload is selected.
 func selectTargets(cfg config) []target {
 	var out []target
 	for _, t := range allTargets(cfg) {
+		if isFloor(t) {
+			// The floor runs only the legacy workloads, and always with
+			// them: their bounds need it.
+			if cfg.selectedAny(legacyWorkloads) {
+				out = append(out, t)
+			}
+			continue
+		}
 		if len(cfg.Only) == 0 || slices.Contains(cfg.Only, t.Name()) {
 			out = append(out, t)
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -52,46 +53,76 @@ type measurement struct {
 	// requests: phase → S3 request kind → requests per operation and
 	// their latency, for targets with a metrics endpoint
 	requests map[string]map[string]reqStat
+	// phaseErrors are the legacy workloads that failed ("phase: error");
+	// the run went on with the next one
+	phaseErrors []string
 }
 
 func (m *measurement) fail(format string, args ...any) {
 	m.failures = append(m.failures, fmt.Sprintf(format, args...))
 }
 
-// measure runs every workload once on target t with a fresh bucket, and
-// returns what it measured; on error, the measurement holds what was measured
-// before it. Everything started is stopped before it returns.
+// measure runs every selected workload once on target t, the main ones on
+// a fresh bucket and the listing ones on a second mount of the shared
+// listing bucket, and returns what it measured; on error, the measurement
+// holds what was measured before it. Everything started is stopped before
+// it returns.
 func (e *benchEnv) measure(ctx context.Context, t target, run int) (m *measurement, err error) {
 	m = &measurement{run: run, values: map[string]float64{}, requests: map[string]map[string]reqStat{}, other: -1}
-	bucket := fmt.Sprintf("bench-%s-r%d-%d", t.Name(), run, time.Now().UnixNano()%1e6)
-	scratch := filepath.Join(e.cfg.WorkDir, fmt.Sprintf("%s-r%d", t.Name(), run))
-	if err := os.MkdirAll(scratch, 0o755); err != nil {
-		return m, err
-	}
-	if err := e.gw.CreateBucket(ctx, bucket); err != nil {
-		return m, fmt.Errorf("create bucket: %w", err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		e.deleteBucket(cctx, bucket)
-	}()
-	if _, err := e.client.CopyObject(ctx,
-		minio.CopyDestOptions{Bucket: bucket, Object: largeReadKey},
-		minio.CopySrcOptions{Bucket: e.srcBucket, Object: largeReadKey}); err != nil {
-		return m, fmt.Errorf("copy the read source: %w", err)
-	}
-
+	name := fmt.Sprintf("%s-r%d", t.Name(), run)
 	tctx, cancel := context.WithTimeout(ctx, e.cfg.TargetTimeout)
 	defer cancel()
+	w := &workloads{env: e, t: t, m: m, name: name, noCheck: isFloor(t)}
+	if phases := w.mainPhases(); len(phases) > 0 {
+		bucket := fmt.Sprintf("bench-%s-r%d-%d", t.Name(), run, time.Now().UnixNano()%1e6)
+		if err := e.gw.CreateBucket(ctx, bucket); err != nil {
+			return m, fmt.Errorf("create bucket: %w", err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			e.deleteBucket(cctx, bucket)
+		}()
+		if e.cfg.selected(mSeqRead) && !w.noCheck {
+			if _, err := e.client.CopyObject(ctx,
+				minio.CopyDestOptions{Bucket: bucket, Object: largeReadKey},
+				minio.CopySrcOptions{Bucket: e.srcBucket, Object: largeReadKey}); err != nil {
+				return m, fmt.Errorf("copy the read source: %w", err)
+			}
+		}
+		w.bucket = bucket
+		if err := e.session(tctx, w, filepath.Join(e.cfg.WorkDir, name), true, func(ctx context.Context) error {
+			return w.runPhases(ctx, phases, mRSSPeak)
+		}); err != nil {
+			return m, err
+		}
+	}
+	if phases := w.listingPhases(); len(phases) > 0 {
+		w.bucket = e.legacy.listingBucket
+		return m, e.session(tctx, w, filepath.Join(e.cfg.WorkDir, name+"-listing"), false, func(ctx context.Context) error {
+			return w.runPhases(ctx, phases, mRSSList)
+		})
+	}
+	return m, nil
+}
+
+// session starts target w.t on w.bucket with scratch as its private
+// directory, runs fn with w.in set to the instance, and stops it, also
+// when ctx ends (a watchdog kills a hung mount). The time to mount is
+// recorded when mountTime is set; the other load is the highest seen over
+// the sessions of a run.
+func (e *benchEnv) session(ctx context.Context, w *workloads, scratch string, mountTime bool, fn func(context.Context) error) (err error) {
+	if err := os.MkdirAll(scratch, 0o755); err != nil {
+		return err
+	}
 	meter := startCPUMeter(os.Getpid(), e.gw.Pid())
 	t0 := time.Now()
-	in, err := t.Start(tctx, e, bucket, scratch)
+	in, err := w.t.Start(ctx, e, w.bucket, scratch)
 	if err != nil {
-		return m, fmt.Errorf("start: %w", err)
+		return fmt.Errorf("start: %w", err)
 	}
-	if in.pid > 0 {
-		m.values[mMount] = time.Since(t0).Seconds()
+	if in.pid > 0 && mountTime {
+		w.m.values[mMount] = time.Since(t0).Seconds()
 	}
 	// Watchdog: past the deadline (or on Ctrl-C), kill the mount so that
 	// system calls blocked on it return.
@@ -100,8 +131,8 @@ func (e *benchEnv) measure(ctx context.Context, t target, run int) (m *measureme
 	go func() {
 		defer close(watchdogDone)
 		select {
-		case <-tctx.Done():
-			slog.Warn("killing the mount", "target", t.Name(), "reason", tctx.Err())
+		case <-ctx.Done():
+			slog.Warn("killing the mount", "target", w.t.Name(), "reason", ctx.Err())
 			in.kill()
 		case <-finished:
 		}
@@ -110,7 +141,7 @@ func (e *benchEnv) measure(ctx context.Context, t target, run int) (m *measureme
 		meter.add(in.pid)
 	}
 	defer func() {
-		m.other = meter.other()
+		w.m.other = max(w.m.other, meter.other())
 		close(finished)
 		<-watchdogDone
 		if serr := in.Stop(); serr != nil {
@@ -120,9 +151,8 @@ func (e *benchEnv) measure(ctx context.Context, t target, run int) (m *measureme
 			err = fmt.Errorf("%w (mount log: %s)", err, in.logPath)
 		}
 	}()
-
-	w := &workloads{env: e, t: t, in: in, m: m, bucket: bucket, name: fmt.Sprintf("%s-r%d", t.Name(), run)}
-	return m, w.all(tctx)
+	w.in = in
+	return fn(ctx)
 }
 
 // workloads runs the phases of one target run.
@@ -133,34 +163,64 @@ type workloads struct {
 	m      *measurement
 	bucket string
 	name   string // target-run, for profile file names
+	// noCheck: the target stores nothing in the bucket (the FUSE floor),
+	// so there is no durability to check
+	noCheck bool
 	// before is the request count snapshot at the start of the timed part
 	// of the current phase (n is nil without a metrics endpoint)
 	before requestCounts
 }
 
-// all runs the phases in order; each phase records its metric.
-func (w *workloads) all(ctx context.Context) error {
+// phase is one workload step of a target run.
+type phase struct {
+	sel  string // the workload it belongs to (-workloads)
+	name string // its metric key, also the key of its request counts
+	ops  int    // operations in the phase, to count requests per operation
+	fn   func(ctx context.Context) error
+}
+
+// mainPhases are the selected phases that run on the target run's own
+// bucket, in order: issue 8's, then the shell workloads; only the latter on
+// the FUSE floor.
+func (w *workloads) mainPhases() []phase {
 	cfg := w.env.cfg
 	small := make([][]byte, cfg.SmallCount)
 	for i := range small {
 		small[i] = smallContent(i, cfg.SmallSize)
 	}
 	smallName := func(i int) string { return fmt.Sprintf("small/f%05d", i) }
-	phases := []struct {
-		name string
-		ops  int // operations in the phase, to count requests per operation
-		fn   func(ctx context.Context) error
-	}{
-		{mSeqRead, 1, w.seqRead},
-		{mSeqWrite, 1, w.seqWrite},
-		{mCreate, len(small), func(ctx context.Context) error { return w.create(ctx, small, smallName) }},
-		{mStat, len(small), func(ctx context.Context) error { return w.stat(ctx, small, smallName) }},
-		{mReaddir, 1, w.readdir},
-		{mRead, len(small), func(ctx context.Context) error { return w.read(ctx, small, smallName) }},
-		{mRename, cfg.RenameFiles, w.rename},
-		{mRenameDir, 1, w.renameDir},
-		{mUnlink, len(small), func(ctx context.Context) error { return w.unlink(ctx, len(small), smallName) }},
+	var phases []phase
+	if !w.noCheck {
+		phases = []phase{
+			{mSeqRead, mSeqRead, 1, w.seqRead},
+			{mSeqWrite, mSeqWrite, 1, w.seqWrite},
+			{mCreate, mCreate, len(small), func(ctx context.Context) error { return w.create(ctx, small, smallName) }},
+			{mStat, mStat, len(small), func(ctx context.Context) error { return w.stat(ctx, small, smallName) }},
+			{mReaddir, mReaddir, 1, w.readdir},
+			{mRead, mRead, len(small), func(ctx context.Context) error { return w.read(ctx, small, smallName) }},
+			{mRename, mRename, cfg.RenameFiles, w.rename},
+			{mRenameDir, mRenameDir, 1, w.renameDir},
+			{mUnlink, mUnlink, len(small), func(ctx context.Context) error { return w.unlink(ctx, len(small), smallName) }},
+		}
 	}
+	return w.selectPhases(append(phases, w.shellPhases()...))
+}
+
+// selectPhases keeps the phases of the selected workloads.
+func (w *workloads) selectPhases(phases []phase) []phase {
+	var out []phase
+	for _, p := range phases {
+		if w.env.cfg.selected(p.sel) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// runPhases runs phases in order; each records its metric, its S3 requests
+// per operation and the mount's peak RSS, the peak over all of them under
+// peakKey.
+func (w *workloads) runPhases(ctx context.Context, phases []phase, peakKey string) error {
 	var peak int64
 	for _, p := range phases {
 		if err := ctx.Err(); err != nil {
@@ -185,8 +245,15 @@ func (w *workloads) all(ctx context.Context) error {
 				if p.name == mSeqWrite {
 					w.m.values[mRSSWrite] = float64(rss) / mib
 				}
-				w.m.values[mRSSPeak] = float64(peak) / mib
+				w.m.values[peakKey] = float64(peak) / mib
 			}
+		}
+		if err != nil && slices.Contains(legacyWorkloads, p.sel) && ctx.Err() == nil {
+			// A program's workload a target cannot do (rclone without
+			// its cache cannot append) leaves the others measurable.
+			slog.Warn("workload failed", "target", w.t.Name(), "phase", p.name, "err", err)
+			w.m.phaseErrors = append(w.m.phaseErrors, fmt.Sprintf("%s: %v", p.name, err))
+			continue
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.name, err)

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// legacyDefs are the columns of the legacy workloads' tables.
+func legacyDefs(cfg config) []metricDef {
+	return []metricDef{
+		{mRedirect, fmt.Sprintf("bash `echo … > d/f$i` ×%d", cfg.ShellFiles), "files/s", true, true},
+		{mAppend, fmt.Sprintf("bash `echo … >> d/f$i` ×%d", cfg.ShellFiles), "files/s", true, true},
+		{mTar, "tar x", "s", false, true},
+		{mParallel, fmt.Sprintf("%d shells × %d redirects", cfg.Shells, cfg.ShellFiles), "files/s", true, true},
+		{mLslCold, fmt.Sprintf("ls -l %d objects, cold", cfg.ListFiles), "s", false, true},
+		{mLslWarm, "ls -l, warm", "s", false, true},
+		{mFind, fmt.Sprintf("find -type f, %d objects in 4 dirs", cfg.FindFiles), "s", false, true},
+		{mRSSList, fmt.Sprintf("peak RSS, ls -l and find over %d objects", cfg.ListFiles+cfg.FindFiles), "MiB", false, false},
+	}
+}
+
+// legacyGoalKind says how a goal of issue 17 is evaluated.
+type legacyGoalKind int
+
+const (
+	goalRatio      legacyGoalKind = iota // speed ratio to ref ≥ factor (goal.evaluate)
+	goalMiB                              // value ≤ limit MiB (goal.evaluate)
+	goalSeconds                          // seconds ≤ limit, only at the issue's object count
+	goalEfficiency                       // bound / measured ≥ factor
+)
+
+// legacyGoal is one target of issue 17.
+type legacyGoal struct {
+	goal
+	kind legacyGoalKind
+}
+
+// findLimit is issue 17's find goal: 5× faster than the 55 s measured
+// before it, over findGoalFiles objects.
+const (
+	findLimit     = 11.0
+	findGoalFiles = 100000
+)
+
+// legacyGoals are the targets of issue 17.
+var legacyGoals = func() []legacyGoal {
+	ratio := func(desc, target, metric, ref string, factor float64) legacyGoal {
+		return legacyGoal{goal{desc: desc, target: target, metric: metric, ref: ref, factor: factor}, goalRatio}
+	}
+	gs := []legacyGoal{
+		ratio("bash redirect loop strict ≥ 1.6× s3fs", "fencefs-strict", mRedirect, "s3fs", 1.6),
+		ratio("8 shells' redirect loops strict ≥ 3× s3fs", "fencefs-strict", mParallel, "s3fs", 3),
+		ratio("bash redirect loop off ≥ 2.5× s3fs", "fencefs-off", mRedirect, "s3fs", 2.5),
+		ratio("bash redirect loop strict ≥ 0.5× off", "fencefs-strict", mRedirect, "fencefs-off", 0.5),
+		ratio("8 shells' redirect loops strict ≥ 0.8× off", "fencefs-strict", mParallel, "fencefs-off", 0.8),
+		ratio("tar x strict ≥ 1.5× s3fs", "fencefs-strict", mTar, "s3fs", 1.5),
+		ratio("ls -l cold strict ≥ 2× s3fs", "fencefs-strict", mLslCold, "s3fs", 2),
+		ratio("ls -l warm strict ≥ 10× s3fs", "fencefs-strict", mLslWarm, "s3fs", 10),
+		ratio("seq write strict ≥ 0.9× raw", "fencefs-strict", mSeqWrite, "raw", 0.9),
+		ratio("seq read strict ≥ 1.3× s3fs", "fencefs-strict", mSeqRead, "s3fs", 1.3),
+		{goal{desc: "peak RSS after ls -l and find strict ≤ 256 MiB", target: "fencefs-strict", metric: mRSSList, limit: 256}, goalMiB},
+		{goal{desc: fmt.Sprintf("find over %d objects strict ≤ %.0f s (5× the 55 s before)", findGoalFiles, findLimit),
+			target: "fencefs-strict", metric: mFind, limit: findLimit}, goalSeconds},
+	}
+	for _, m := range []string{mRedirect, mAppend, mTar, mParallel} {
+		gs = append(gs, legacyGoal{goal{desc: m + " strict ≥ 0.8× its bound", target: "fencefs-strict", metric: m, factor: 0.8}, goalEfficiency})
+	}
+	return gs
+}()
+
+// legacyMarkdown writes the section of the legacy workloads: medians,
+// ratios, bounds and efficiency, S3 requests, goals.
+func (r *results) legacyMarkdown(b *bytes.Buffer) {
+	cfg := r.cfg
+	var defs []metricDef
+	for _, d := range legacyDefs(cfg) {
+		if r.measuredAny(d.key) {
+			defs = append(defs, d)
+		}
+	}
+	b.WriteString("## Workloads of legacy programs (issue 17, median of runs)\n\n")
+	b.WriteString("Real programs on each mount: bash loops of redirects and appends, `tar x`, `ls -l` and `find` of " +
+		"directories written by the raw client (on a second mount of a shared bucket, cold: the mount has not seen them). " +
+		"The raw client does the same with S3 calls; " + floorName + " is go-fuse's loopback filesystem over the work " +
+		"directory, no S3 (what FUSE alone costs).")
+	if r.tree != nil {
+		fmt.Fprintf(b, " tar x extracts %s (%d files, %d directories).", strings.TrimSuffix(r.tree.path, "/"), len(r.tree.files), r.tree.dirs)
+	}
+	b.WriteString("\n\n")
+	if len(defs) == 0 {
+		b.WriteString("(not measured)\n\n")
+		return
+	}
+	header := []string{"target"}
+	for _, d := range defs {
+		header = append(header, fmt.Sprintf("%s (%s)", d.title, d.unit))
+	}
+	var rows [][]string
+	for _, t := range r.targets {
+		row := []string{"**" + t.Name() + "**"}
+		for _, d := range defs {
+			row = append(row, num(r.median(t.Name(), d.key)))
+		}
+		rows = append(rows, row)
+	}
+	table(b, header, rows)
+	r.phaseErrorList(b)
+
+	b.WriteString("### fencefs relative to the others (higher is better)\n\n")
+	var pairs [][2]string
+	for _, t := range r.targets {
+		if !strings.HasPrefix(t.Name(), "fencefs") {
+			continue
+		}
+		for _, ref := range append(append([]string{}, peers...), "raw", "fencefs-off") {
+			if ref != t.Name() {
+				pairs = append(pairs, [2]string{t.Name(), ref})
+			}
+		}
+	}
+	r.pairTable(b, defs, pairs)
+
+	r.boundsTable(b)
+	r.requestsTable(b, "S3 requests per operation of the legacy workloads (fencefs metrics, median of runs)", legacyDefs(cfg))
+
+	b.WriteString("## Goals (issue 17)\n\n")
+	byKey := map[string]metricDef{}
+	for _, d := range append(metricDefs(cfg), legacyDefs(cfg)...) {
+		byKey[d.key] = d
+	}
+	rows = nil
+	for _, g := range legacyGoals {
+		v, m := r.evaluateLegacy(g, byKey)
+		rows = append(rows, []string{g.desc, v, m})
+	}
+	table(b, []string{"goal", "measured", "met"}, rows)
+}
+
+// measuredAny reports whether some run of some target measured key.
+func (r *results) measuredAny(key string) bool {
+	for _, runs := range r.runs {
+		for _, m := range runs {
+			if _, ok := m.values[key]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// pairTable writes the speed ratios of target / reference pairs (skipping
+// pairs where either was not measured).
+func (r *results) pairTable(b *bytes.Buffer, defs []metricDef, pairs [][2]string) {
+	header := []string{"target / reference"}
+	for _, d := range defs {
+		if d.speed {
+			header = append(header, d.title)
+		}
+	}
+	var rows [][]string
+	for _, p := range pairs {
+		if len(r.runs[p[0]]) == 0 || len(r.runs[p[1]]) == 0 {
+			continue
+		}
+		row := []string{p[0] + " / " + p[1]}
+		for _, d := range defs {
+			if d.speed {
+				row = append(row, ratioString(speedRatio(d, r.median(p[0], d.key), r.median(p[1], d.key))))
+			}
+		}
+		rows = append(rows, row)
+	}
+	if len(rows) == 0 {
+		b.WriteString("(not measured)\n\n")
+		return
+	}
+	table(b, header, rows)
+}
+
+// legacyDef returns the definition of a legacy metric.
+func (r *results) legacyDef(key string) metricDef {
+	for _, d := range legacyDefs(r.cfg) {
+		if d.key == key {
+			return d
+		}
+	}
+	panic("no legacy metric " + key)
+}
+
+// boundOf returns, for one run of a workload, the seconds its fewest round
+// trips take at the raw client's latency, the FUSE floor's seconds, and
+// their sum, the bound (NaN parts when not measured).
+func (r *results) boundOf(s boundSpec) (rtt, floor, total float64) {
+	rtt = s.seconds(r.cfg, r.tree, r.cal)
+	floor = workloadSeconds(r.legacyDef(s.key), r.median(floorName, s.key), s.ops(r.cfg, r.tree))
+	return rtt, floor, bound(rtt, floor)
+}
+
+// efficiencyOf is target's efficiency against the bound of s (NaN when
+// unknown).
+func (r *results) efficiencyOf(target string, s boundSpec) float64 {
+	_, _, b := r.boundOf(s)
+	measured := workloadSeconds(r.legacyDef(s.key), r.median(target, s.key), s.ops(r.cfg, r.tree))
+	return efficiency(b, measured)
+}
+
+// requestsPerOp is the median over runs of target's S3 requests (every
+// kind) per operation of phase key; NaN when no run counted them.
+func (r *results) requestsPerOp(target, key string) float64 {
+	var xs []float64
+	for _, m := range r.runs[target] {
+		if c, ok := m.requests[key]; ok {
+			total := 0.0
+			for _, s := range c {
+				total += s.PerOp
+			}
+			xs = append(xs, total)
+		}
+	}
+	return median(xs)
+}
+
+// boundsTable writes each workload's bound, then every target's efficiency
+// against it with its time and S3 requests per operation.
+func (r *results) boundsTable(b *bytes.Buffer) {
+	var specs []boundSpec
+	for _, s := range boundSpecs {
+		if r.measuredAny(s.key) {
+			specs = append(specs, s)
+		}
+	}
+	if len(specs) == 0 {
+		return
+	}
+	b.WriteString("### Bounds: the fewest round trips × the raw client's round trip + the FUSE floor\n\n")
+	fmt.Fprintf(b, "Raw client's round trips on this gateway: PUT %s, GET %s, PUT with %d in flight %s per request, LIST page of %d keys %s. "+
+		"Times per operation (a file written, an entry extracted, one listing).\n\n",
+		latencyString(r.cal.Put), latencyString(r.cal.Get), calParallel, latencyString(r.cal.Put8), listPage, latencyString(r.cal.ListPage))
+	var rows [][]string
+	for _, s := range specs {
+		ops := float64(s.ops(r.cfg, r.tree))
+		rtt, floor, total := r.boundOf(s)
+		rows = append(rows, []string{s.key, s.rtts(r.cfg, r.tree), latencyString(rtt / ops), latencyString(floor / ops), latencyString(total / ops)})
+	}
+	table(b, []string{"workload", "fewest round trips", "round trips per op", "FUSE floor per op", "bound per op"}, rows)
+
+	b.WriteString("### Efficiency against the bound (1.00 = as fast as the protocol and FUSE allow), time and S3 requests per operation\n\n")
+	header := []string{"target"}
+	for _, s := range specs {
+		header = append(header, s.key)
+	}
+	rows = nil
+	for _, t := range r.targets {
+		if isFloor(t) || t.Name() == "raw" || len(r.runs[t.Name()]) == 0 {
+			continue // the bound is a FUSE filesystem's
+		}
+		row := []string{t.Name()}
+		if ok, _, _ := r.durable(t.Name()); !ok {
+			row[0] += " (not durable at close)"
+		}
+		for _, s := range specs {
+			measured := workloadSeconds(r.legacyDef(s.key), r.median(t.Name(), s.key), s.ops(r.cfg, r.tree))
+			cell := ratioString(r.efficiencyOf(t.Name(), s))
+			if !math.IsNaN(measured) {
+				cell += " " + latencyString(measured/float64(s.ops(r.cfg, r.tree)))
+			}
+			cell += ", " + num(r.requestsPerOp(t.Name(), s.key)) + " req"
+			row = append(row, cell)
+		}
+		rows = append(rows, row)
+	}
+	table(b, header, rows)
+}
+
+// evaluateLegacy evaluates a goal of issue 17 like evaluate: the measured
+// value and "✓", "✗" or "n/a".
+func (r *results) evaluateLegacy(g legacyGoal, defs map[string]metricDef) (string, string) {
+	switch g.kind {
+	case goalSeconds:
+		v := r.median(g.target, g.metric)
+		if math.IsNaN(v) {
+			return "–", "n/a"
+		}
+		if r.cfg.FindFiles != findGoalFiles {
+			return fmt.Sprintf("%s s over %d objects", num(v), r.cfg.FindFiles), "n/a"
+		}
+		ok, _, _ := r.durable(g.target)
+		return num(v) + " s", mark(ok && v <= g.limit)
+	case goalEfficiency:
+		for _, s := range boundSpecs {
+			if s.key == g.metric {
+				e := r.efficiencyOf(g.target, s)
+				if math.IsNaN(e) {
+					return "–", "n/a"
+				}
+				ok, _, _ := r.durable(g.target)
+				return ratioString(e), mark(ok && e >= g.factor)
+			}
+		}
+		return "–", "n/a"
+	default:
+		return r.evaluate(g.goal, defs)
+	}
+}
+
+// phaseErrorList lists the legacy workloads that failed, by target.
+func (r *results) phaseErrorList(b *bytes.Buffer) {
+	any := false
+	for _, t := range r.targets {
+		for _, m := range r.runs[t.Name()] {
+			for _, e := range m.phaseErrors {
+				if !any {
+					b.WriteString("Workloads that failed (\"–\" above):\n\n")
+					any = true
+				}
+				fmt.Fprintf(b, "- **%s** run %d: %s\n", t.Name(), m.run, indentLines(e))
+			}
+		}
+	}
+	if any {
+		b.WriteString("\n")
+	}
+}
+
+// legacyProblems are the legacy workloads that failed on a target other
+// than a peer (a peer may not support what a program does: rclone without
+// its cache cannot append).
+func (r *results) legacyProblems() []string {
+	var out []string
+	for _, t := range r.targets {
+		if slices.Contains(peers, t.Name()) {
+			continue
+		}
+		n := 0
+		for _, m := range r.runs[t.Name()] {
+			n += len(m.phaseErrors)
+		}
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s: %d failed legacy workload(s)", t.Name(), n))
+		}
+	}
+	return out
+}
