@@ -127,17 +127,28 @@ func makeTarball(ctx context.Context, dir, path string) (*tarball, error) {
 }
 
 // listingKeys are the keys of the listing bucket: directory markers, then
-// ListFiles objects in lsl/ and FindFiles in find/d0 … find/d3.
+// ListFiles objects in lsl/ (for lsl) and FindFiles in find/d0 … find/d3
+// (for find).
 func listingKeys(cfg config) []string {
-	keys := []string{"lsl/", "find/"}
-	for d := 0; d < 4; d++ {
-		keys = append(keys, fmt.Sprintf("find/d%d/", d))
+	var keys []string
+	if cfg.selected(wLsl) {
+		keys = append(keys, "lsl/")
 	}
-	for i := 0; i < cfg.ListFiles; i++ {
-		keys = append(keys, fmt.Sprintf("lsl/f%06d", i))
+	if cfg.selected(wFind) {
+		keys = append(keys, "find/")
+		for d := 0; d < 4; d++ {
+			keys = append(keys, fmt.Sprintf("find/d%d/", d))
+		}
 	}
-	for i := 0; i < cfg.FindFiles; i++ {
-		keys = append(keys, fmt.Sprintf("find/d%d/f%06d", i%4, i/4))
+	if cfg.selected(wLsl) {
+		for i := 0; i < cfg.ListFiles; i++ {
+			keys = append(keys, fmt.Sprintf("lsl/f%06d", i))
+		}
+	}
+	if cfg.selected(wFind) {
+		for i := 0; i < cfg.FindFiles; i++ {
+			keys = append(keys, fmt.Sprintf("find/d%d/f%06d", i%4, i/4))
+		}
 	}
 	return keys
 }

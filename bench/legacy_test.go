@@ -89,6 +89,9 @@ func TestListingKeysAreMarkersThenTheCountsInFourDirectories(t *testing.T) {
 	if !strings.HasSuffix(keys[0], "/") || strings.HasSuffix(keys[len(keys)-1], "/") {
 		t.Errorf("markers must come first: %v", keys)
 	}
+	if got := listingKeys(config{ListFiles: 3, FindFiles: 10, Workloads: []string{wLsl}}); len(got) != 4 {
+		t.Errorf("keys for lsl alone: %v", got)
+	}
 }
 
 func TestPagesRoundUpToWholeListingPages(t *testing.T) {

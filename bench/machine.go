@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/fencefs/fencefs/integration/gateway"
@@ -50,6 +51,9 @@ func reproFlags(cfg config) []string {
 	}
 	if cfg.Runs != 3 && !cfg.Quick {
 		f = append(f, fmt.Sprintf("-runs %d", cfg.Runs))
+	}
+	if len(cfg.Workloads) > 0 && !slices.Equal(cfg.Workloads, workloadGroups["all"]) {
+		f = append(f, "-workloads "+strings.Join(cfg.Workloads, ","))
 	}
 	if len(cfg.FencefsArgs) > 0 {
 		f = append(f, fmt.Sprintf("-fencefs-args %q", strings.Join(cfg.FencefsArgs, " ")))

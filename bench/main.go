@@ -24,6 +24,21 @@
 // the bucket when close(2) returns: the benchmark checks that with its own S3
 // client and marks targets where it is not so as "not durable at close".
 //
+// The workloads of legacy programs (issue 17) run the programs themselves
+// on each mount: a bash loop of `echo "payload $i" > d/f$i` (500 files) and
+// one of `>>` appends to them, tar x of the Go distribution's net/http
+// (-tar-dir), 8 shells running the redirect loop at once, and, on a second
+// mount of a bucket the raw client filled once in parallel, ls -l of a
+// 20,000-object directory cold and warm and find -type f over 100,000
+// objects in 4 directories, with the mount's peak RSS. Each gets its S3
+// requests per operation (fencefs's metrics; "–" for the peers) and a
+// bound: the fewest round trips the protocol needs × the raw client's
+// measured round trip + the FUSE floor, measured by running the same
+// workloads on go-fuse's loopback example ("fuse-floor", see bench/floor);
+// the report gives each target's efficiency against it. -workloads selects
+// workloads by name or group (basic, legacy, all), e.g.
+// `-workloads redirect,tar,lsl`.
+//
 // Runs are interleaved (run 1 of every target, then run 2 …) so that drift on
 // the machine spreads over all targets; the table shows medians, ratios to
 // the raw client and to each peer, and whether the performance goals of
@@ -153,37 +168,7 @@ func parseFlags(args []string) (config, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if c.Quick {
-		// Quick sizes, unless given explicitly.
-		if !set["size"] {
-			size = "32MiB"
-		}
-		if !set["small"] {
-			c.SmallCount = 100
-		}
-		if !set["rename-files"] {
-			c.RenameFiles = 20
-		}
-		if !set["dir-files"] {
-			c.DirFiles = 20
-		}
-		if !set["runs"] {
-			c.Runs = 1
-		}
-		if !set["out"] {
-			c.Out = "-"
-		}
-		if !set["quiet"] {
-			c.QuietIdle = 0
-		}
-		if !set["shell-files"] {
-			c.ShellFiles = 50
-		}
-		if !set["ls-files"] {
-			c.ListFiles = 2000
-		}
-		if !set["find-files"] {
-			c.FindFiles = 4000
-		}
+		quickDefaults(&c, &size, set)
 	}
 	var err error
 	if c.LargeSize, err = parseSize(size); err != nil {
@@ -221,6 +206,41 @@ func parseFlags(args []string) (config, error) {
 	}
 	c.FencefsArgs = strings.Fields(fencefsArgs)
 	return c, nil
+}
+
+// quickDefaults applies -quick's small sizes to the flags not given
+// explicitly (set holds the names of those given).
+func quickDefaults(c *config, size *string, set map[string]bool) {
+	if !set["size"] {
+		*size = "32MiB"
+	}
+	if !set["small"] {
+		c.SmallCount = 100
+	}
+	if !set["rename-files"] {
+		c.RenameFiles = 20
+	}
+	if !set["dir-files"] {
+		c.DirFiles = 20
+	}
+	if !set["runs"] {
+		c.Runs = 1
+	}
+	if !set["out"] {
+		c.Out = "-"
+	}
+	if !set["quiet"] {
+		c.QuietIdle = 0
+	}
+	if !set["shell-files"] {
+		c.ShellFiles = 50
+	}
+	if !set["ls-files"] {
+		c.ListFiles = 2000
+	}
+	if !set["find-files"] {
+		c.FindFiles = 4000
+	}
 }
 
 // run is the whole benchmark: start the gateway, measure every selected

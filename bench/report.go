@@ -240,6 +240,7 @@ func (r *results) markdown() string {
 	fmt.Fprintf(&b, "%s; large file %s, %d small files of %s, %d renamed files, a %d-file directory; took %s. %s\n\n",
 		mode, sizeString(cfg.LargeSize), cfg.SmallCount, sizeString(int64(cfg.SmallSize)),
 		cfg.RenameFiles, cfg.DirFiles, r.Elapsed.Round(time.Second), r.idleSummary())
+	fmt.Fprintf(&b, "Workloads: %s.\n\n", strings.Join(cfg.Workloads, ", "))
 
 	if cfg.selectedAny(basicWorkloads) {
 		r.basicMarkdown(&b, defs, byKey)
