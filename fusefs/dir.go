@@ -115,7 +115,15 @@ func (d *dirNode) childNode(ctx context.Context, name string, r resolved) *fs.In
 				n.setInfo(r.info)
 				return ch
 			}
+		case *specialNode:
+			if r.kind == n.kind && !n.gone() {
+				n.setInfo(r.info)
+				return ch
+			}
 		}
+	}
+	if isSpecialKind(r.kind) {
+		return d.NewInode(ctx, newSpecialNode(d.fsys, r.kind, r.info), fs.StableAttr{Mode: r.kind})
 	}
 	switch r.kind {
 	case kindDir:
@@ -134,6 +142,8 @@ func fillEntry(ino *fs.Inode, out *fuse.EntryOut) {
 	case *dirNode:
 		n.fillAttr(&out.Attr)
 	case *symlinkNode:
+		n.fillAttr(&out.Attr)
+	case *specialNode:
 		n.fillAttr(&out.Attr)
 	}
 }
@@ -155,6 +165,10 @@ func cachedChild(ch *fs.Inode) bool {
 		defer n.mu.Unlock()
 		return !n.staleLocked()
 	case *symlinkNode:
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return !n.unlinked && !n.staleLocked()
+	case *specialNode:
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		return !n.unlinked && !n.staleLocked()
@@ -442,12 +456,13 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 
 var _ = (fs.NodeMknoder)((*dirNode)(nil))
 
-// Mknod creates an empty regular file at once; other file types are not
-// supported (EPERM, as on filesystems without special files).
+// Mknod creates an empty regular file at once, or a FIFO, socket or device
+// node (special.go); other types are EINVAL.
 func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	key, err := d.childKey(name)
-	if err == nil && mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
-		err = fmt.Errorf("%w: mknod of type %#o", errPerm, mode&syscall.S_IFMT)
+	kind := mode & syscall.S_IFMT
+	if err == nil && kind != syscall.S_IFREG && kind != 0 && !isSpecialKind(kind) {
+		err = fmt.Errorf("%w: mknod of type %#o", errInvalid, kind)
 	}
 	if err == nil {
 		err = d.fsys.checkWritable()
@@ -457,6 +472,10 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 	}
 	ctx, cancel := d.fsys.mutctx(ctx)
 	defer cancel()
+	if isSpecialKind(kind) {
+		ch, err := d.mknodSpecial(ctx, name, key, mode, dev, out)
+		return ch, d.fsys.errno("mknod", key, err)
+	}
 	a := newAttr(ctx, kindFile, mode)
 	meta := encodeAttr(a, nil)
 	info, err := d.fsys.createEmpty(ctx, key, meta)
@@ -595,16 +614,17 @@ func (d *dirNode) unlink(ctx context.Context, name, key string) error {
 		}
 		n.markUnlinked()
 		return nil
-	case *symlinkNode:
-		n.opMu.Lock()
-		defer n.opMu.Unlock()
-		n.mu.Lock()
-		base := fencing.VersionOf(n.info)
-		n.mu.Unlock()
+	case *symlinkNode, *specialNode:
+		b := baseOf(ch)
+		b.opMu.Lock()
+		defer b.opMu.Unlock()
+		b.mu.Lock()
+		base := fencing.VersionOf(b.info)
+		b.mu.Unlock()
 		if err := d.fsys.deleteObject(ctx, key, base); err != nil {
 			return err
 		}
-		n.markUnlinked()
+		n.(interface{ markUnlinked() }).markUnlinked()
 		return nil
 	case *dirNode:
 		return fmt.Errorf("%w: %s", errIsDir, key)
@@ -689,7 +709,7 @@ var _ = (fs.NodeSetattrer)((*dirNode)(nil))
 // for an implicit directory).
 func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	key, _ := d.key()
-	if mutate, ok := setattrMutation(in); ok {
+	if mutate, ok := setattrMutation(ctx, in); ok {
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()
 		d.opMu.Lock()

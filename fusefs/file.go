@@ -701,7 +701,7 @@ func (n *fileNode) setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 			}
 		}
 	}
-	mutate, ok := setattrMutation(in)
+	mutate, ok := setattrMutation(ctx, in)
 	if !ok {
 		return nil
 	}

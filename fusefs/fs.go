@@ -21,6 +21,10 @@ import (
 // maxKeyLen is S3's limit on object keys.
 const maxKeyLen = 1024
 
+// maxNameLen is the longest name of one directory entry (NAME_MAX): longer
+// names are ENAMETOOLONG, as on ext4.
+const maxNameLen = 255
+
 // filesystem is the state shared by every node of one mount.
 type filesystem struct {
 	// Dependencies.
@@ -154,6 +158,9 @@ func (fsys *filesystem) isHidden(key string) bool {
 // dirKey, refusing names S3 or fencefs cannot store.
 func (fsys *filesystem) childKey(dirKey, name string) (string, error) {
 	key := dirKey + name
+	if len(name) > maxNameLen {
+		return key, fmt.Errorf("%w: name of %d bytes (at most %d)", errNameTooLong, len(name), maxNameLen)
+	}
 	if len(key)+1 > maxKeyLen {
 		return key, fmt.Errorf("%w: key %q is longer than S3 accepts", errNameTooLong, key)
 	}

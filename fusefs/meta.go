@@ -28,6 +28,7 @@ const (
 	metaCtime = "ctime"
 	metaAtime = "atime"
 	metaXattr = "xattr"
+	metaRdev  = "rdev" // device number of a device node (special.go)
 )
 
 // metaReserve is the room left in the 2 KiB of user metadata for the stamp
@@ -35,8 +36,8 @@ const (
 // records.
 const metaReserve = 512
 
-// Kinds of inode fencefs represents. Objects whose mode says anything else
-// (a FIFO or device written by s3fs) are shown as regular files.
+// Kinds of inode fencefs represents, besides the special files (FIFOs,
+// sockets, devices: special.go), whose kind is their S_IF* type.
 const (
 	kindFile    = syscall.S_IFREG
 	kindDir     = syscall.S_IFDIR
@@ -52,6 +53,7 @@ type posixAttr struct {
 	Mtime time.Time
 	Ctime time.Time
 	Atime time.Time
+	Rdev  uint32 // device number of a device node, else 0
 	// Xattrs holds the user extended attributes (full names such as
 	// "user.comment"). nil when there are none.
 	Xattrs map[string][]byte
@@ -78,6 +80,8 @@ func kindOf(key string, meta map[string]string) uint32 {
 			return kindSymlink
 		case syscall.S_IFDIR:
 			return kindDir
+		case syscall.S_IFIFO, syscall.S_IFSOCK, syscall.S_IFCHR, syscall.S_IFBLK:
+			return m & syscall.S_IFMT
 		}
 	}
 	return kindFile
@@ -116,6 +120,9 @@ func decodeAttr(kind uint32, meta map[string]string, lastModified time.Time, def
 	if t, ok := parseTime(meta[metaAtime]); ok {
 		a.Atime = t
 	}
+	if v, ok := parseID(meta[metaRdev]); ok {
+		a.Rdev = v
+	}
 	if v := meta[metaXattr]; v != "" {
 		if x, err := decodeXattrs(v); err == nil && len(x) > 0 {
 			a.Xattrs = x
@@ -141,6 +148,11 @@ func encodeAttr(a posixAttr, base map[string]string) map[string]string {
 	out[metaMtime] = formatTime(a.Mtime)
 	out[metaCtime] = formatTime(a.Ctime)
 	out[metaAtime] = formatTime(a.Atime)
+	if a.Rdev != 0 {
+		out[metaRdev] = strconv.FormatUint(uint64(a.Rdev), 10)
+	} else {
+		delete(out, metaRdev)
+	}
 	if len(a.Xattrs) > 0 {
 		out[metaXattr] = encodeXattrs(a.Xattrs)
 	} else {

@@ -147,31 +147,37 @@ func (b *nodeBase) updateMetaRemote(ctx context.Context, mutate func(*posixAttr)
 	return nil
 }
 
-// setattrMutation turns the metadata part of a SETATTR into a mutation.
-// The second result is false when nothing but the size was asked for.
-func setattrMutation(in *fuse.SetAttrIn) (func(*posixAttr) error, bool) {
-	mode, hasMode := in.GetMode()
-	uid, hasUID := in.GetUID()
-	gid, hasGID := in.GetGID()
-	mtime, hasMtime := in.GetMTime()
-	atime, hasAtime := in.GetATime()
-	if !hasMode && !hasUID && !hasGID && !hasMtime && !hasAtime {
+// setattrMutation turns the metadata part of a SETATTR into a mutation,
+// checked against the ownership rules for the caller in ctx
+// (posixrules.go). The second result is false when nothing but the size was
+// asked for.
+func setattrMutation(ctx context.Context, in *fuse.SetAttrIn) (func(*posixAttr) error, bool) {
+	ch := changeOf(in)
+	if !ch.hasMode && !ch.hasUID && !ch.hasGID && !ch.hasMtime && !ch.hasAtime {
 		return nil, false
 	}
+	c := callerOf(ctx)
+	mtime, _ := in.GetMTime()
+	atime, _ := in.GetATime()
 	return func(a *posixAttr) error {
-		if hasMode {
-			a.Mode = a.Mode&syscall.S_IFMT | mode&0o7777
+		mode, err := checkSetattr(c, ch, *a)
+		if err != nil {
+			return err
 		}
-		if hasUID {
-			a.UID = uid
+		killPrivOnChown(ch, a)
+		if ch.hasMode {
+			a.Mode = mode
 		}
-		if hasGID {
-			a.GID = gid
+		if ch.hasUID {
+			a.UID = ch.uid
 		}
-		if hasMtime {
+		if ch.hasGID {
+			a.GID = ch.gid
+		}
+		if ch.hasMtime {
 			a.Mtime = mtime
 		}
-		if hasAtime {
+		if ch.hasAtime {
 			a.Atime = atime
 		}
 		a.Ctime = time.Now()

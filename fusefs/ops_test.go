@@ -444,9 +444,16 @@ var activeCases = []opCase{
 		want:  syscall.ENOTSUP,
 	},
 	{
-		name: "mknod of a FIFO is EPERM",
+		name: "mkfifo stores an empty object with S_IFIFO in x-amz-meta-mode",
 		op:   func(c *opCtx) error { return syscall.Mkfifo(c.path("p"), 0o644) },
-		want: syscall.EPERM,
+		check: func(c *opCtx) {
+			c.wantObject("p", "")
+			c.wantMeta(c.key("p"), "mode", strconv.Itoa(syscall.S_IFIFO|0o644))
+			st, err := lstat(c.path("p"))
+			if err != nil || st.Mode != syscall.S_IFIFO|0o644 {
+				c.Fatalf("lstat mode %o, %v", st.Mode, err)
+			}
+		},
 	},
 	{
 		name:  "user xattrs are stored in x-amz-meta-xattr",

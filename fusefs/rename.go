@@ -94,6 +94,8 @@ func baseOf(ino *fs.Inode) *nodeBase {
 		return &n.nodeBase
 	case *dirNode:
 		return &n.nodeBase
+	case *specialNode:
+		return &n.nodeBase
 	}
 	return nil
 }
@@ -207,6 +209,8 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 		case *fileNode:
 			n.markUnlinked()
 		case *symlinkNode:
+			n.markUnlinked()
+		case *specialNode:
 			n.markUnlinked()
 		}
 	}

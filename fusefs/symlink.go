@@ -122,7 +122,7 @@ func (n *symlinkNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.Set
 	if _, ok := in.GetSize(); ok {
 		return n.fsys.errno("setattr", key, fmt.Errorf("%w: truncate of a symlink", errInvalid))
 	}
-	if mutate, ok := setattrMutation(in); ok {
+	if mutate, ok := setattrMutation(ctx, in); ok {
 		n.opMu.Lock()
 		err := n.updateMetaRemote(ctx, mutate)
 		n.opMu.Unlock()

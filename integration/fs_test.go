@@ -442,6 +442,8 @@ func fsMutations(fs *harness.FS) map[string]func() error {
 		"chown":            func() error { return syscall.Chown(p("f"), 1, 1) },
 		"utimens":          func() error { return os.Chtimes(p("f"), time.Unix(1, 0), time.Unix(1, 0)) },
 		"setxattr":         func() error { return unix.Setxattr(p("f"), "user.x", []byte("1"), 0) },
+		"mkfifo":           func() error { return syscall.Mkfifo(p("newfifo"), 0o644) },
+		"chmod of a fifo":  func() error { return syscall.Chmod(p("fifo"), 0o600) },
 	}
 }
 
@@ -449,12 +451,13 @@ func fsPrepare(t *testing.T, e *fsEnv) {
 	e.put(t, "f", "original", nil)
 	e.put(t, "d/", "", nil)
 	e.put(t, "l", "f", map[string]string{"mode": strconv.Itoa(syscall.S_IFLNK | 0o777)})
+	e.put(t, "fifo", "", map[string]string{"mode": strconv.Itoa(syscall.S_IFIFO | 0o644)})
 }
 
 func fsCheckUnchanged(t *testing.T, e *fsEnv) {
 	t.Helper()
 	wantS3(t, e, "f", "original")
-	for _, k := range []string{"new", "g", "newdir/", "newlink"} {
+	for _, k := range []string{"new", "g", "newdir/", "newlink", "newfifo"} {
 		wantNoS3(t, e, k)
 	}
 	if b, err := os.ReadFile(e.fs.Path("f")); err != nil || string(b) != "original" {

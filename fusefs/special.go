@@ -1,0 +1,181 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Special files (FIFOs, sockets, character and block devices) are stored as
+// s3fs stores them: an empty object whose mode metadata carries the S_IF*
+// type. The device number goes in the "rdev" key (decimal, the kernel's
+// FUSE encoding of dev_t), which s3fs neither writes nor reads: a device
+// node s3fs made shows device number 0 here, and one made here shows 0 on
+// s3fs (docs/POSIX.md). The kernel opens, reads and writes them itself
+// (a FIFO's data never reaches the filesystem); fencefs only stores their
+// attributes, so chmod, chown, utimens, rename and unlink work as on files.
+// User extended attributes are refused (EPERM), as Linux does on special
+// files.
+
+// isSpecialKind reports whether kind is one of the special file types.
+func isSpecialKind(kind uint32) bool {
+	switch kind {
+	case syscall.S_IFIFO, syscall.S_IFSOCK, syscall.S_IFCHR, syscall.S_IFBLK:
+		return true
+	}
+	return false
+}
+
+// specialNode is a FIFO, socket or device node.
+type specialNode struct {
+	fs.Inode
+	nodeBase
+
+	unlinked bool // GUARDED_BY(mu) (nodeBase.mu)
+}
+
+func newSpecialNode(fsys *filesystem, kind uint32, info objstore.ObjectInfo) *specialNode {
+	n := &specialNode{}
+	n.init(fsys, &n.Inode, kind, info)
+	return n
+}
+
+func (n *specialNode) fillAttr(out *fuse.Attr) {
+	n.mu.Lock()
+	a, unlinked := n.attr, n.unlinked
+	n.mu.Unlock()
+	nlink := uint32(1)
+	if unlinked {
+		nlink = 0
+	}
+	fillAttr(out, a, 0, nlink)
+	out.Rdev = a.Rdev
+}
+
+func (n *specialNode) markUnlinked() {
+	n.mu.Lock()
+	n.unlinked = true
+	n.mu.Unlock()
+}
+
+func (n *specialNode) gone() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.unlinked
+}
+
+// mknodSpecial creates the empty object of a special file of type
+// mode&S_IFMT with device number dev, conditioned on the name's absence.
+func (d *dirNode) mknodSpecial(ctx context.Context, name, key string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, error) {
+	kind := mode & syscall.S_IFMT
+	a := newAttr(ctx, kind, mode)
+	if kind == syscall.S_IFCHR || kind == syscall.S_IFBLK {
+		a.Rdev = dev
+	}
+	meta := encodeAttr(a, nil)
+	info, err := d.fsys.createEmpty(ctx, key, meta)
+	if err != nil {
+		return nil, err
+	}
+	n := newSpecialNode(d.fsys, kind, mergeInfo(info, key, 0, meta))
+	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: kind})
+	d.names.add(name)
+	n.fillAttr(&out.Attr)
+	return ch, nil
+}
+
+// refreshLeaf re-reads the object of a file-like node (symlink, special
+// file) once its metadata cache expired: a tombstone or a missing object is
+// ENOENT.
+func (b *nodeBase) refreshLeaf(ctx context.Context) error {
+	b.mu.Lock()
+	stale := b.staleLocked()
+	b.mu.Unlock()
+	key, ok := b.key()
+	if !stale || !ok {
+		return nil
+	}
+	info, err := b.fsys.store.Stat(ctx, key)
+	if err == nil && fencing.IsTombstone(info) {
+		err = fmt.Errorf("%w: %s is a tombstone", objstore.ErrNotFound, key)
+	}
+	if err != nil {
+		return err
+	}
+	b.setInfo(info)
+	return nil
+}
+
+var _ = (fs.NodeGetattrer)((*specialNode)(nil))
+
+// Getattr returns the node's attributes (refreshed after MetaCacheTTL).
+func (n *specialNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if !n.gone() {
+		ctx, cancel := n.fsys.opctx(ctx)
+		defer cancel()
+		if err := n.refreshLeaf(ctx); err != nil {
+			k, _ := n.key()
+			return n.fsys.errno("getattr", k, err)
+		}
+	}
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+var _ = (fs.NodeSetattrer)((*specialNode)(nil))
+
+// Setattr stores chmod, chown and utimens (a self-copy of the empty
+// object). The kernel refuses truncation of special files before asking.
+func (n *specialNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx, cancel := n.fsys.mutctx(ctx)
+	defer cancel()
+	key, _ := n.key()
+	if _, ok := in.GetSize(); ok {
+		return n.fsys.errno("setattr", key, fmt.Errorf("%w: truncate of a special file", errInvalid))
+	}
+	if mutate, ok := setattrMutation(ctx, in); ok {
+		n.opMu.Lock()
+		err := n.updateMetaRemote(ctx, mutate)
+		n.opMu.Unlock()
+		if err != nil {
+			return n.fsys.errno("setattr", key, err)
+		}
+	}
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+var _ = (fs.NodeStatfser)((*specialNode)(nil))
+
+// Statfs reports the filesystem's (fixed) capacity.
+func (n *specialNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	statfsOut(out)
+	return 0
+}
+
+var _ = (fs.NodeGetxattrer)((*specialNode)(nil))
+
+// Getxattr reads user.fencefs.stamp (special files hold no user
+// attributes).
+func (n *specialNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	sz, err := n.getxattr(attr, dest)
+	if err != nil {
+		k, _ := n.key()
+		return sz, n.fsys.errno("getxattr", k, err)
+	}
+	return sz, 0
+}
+
+var _ = (fs.NodeSetxattrer)((*specialNode)(nil))
+
+// Setxattr fails with EPERM: Linux allows user attributes only on regular
+// files and directories.
+func (n *specialNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	k, _ := n.key()
+	return n.fsys.errno("setxattr", k, fmt.Errorf("%w: user attributes on a special file", errPerm))
+}
