@@ -35,6 +35,7 @@ type legacyEnv struct {
 
 // tarball is an archive of a real directory tree and what is in it.
 type tarball struct {
+	src   string // the directory archived
 	path  string
 	files []tarFile // regular files, in archive order
 	dirs  int
@@ -104,7 +105,7 @@ func makeTarball(ctx context.Context, dir, path string) (*tarball, error) {
 		return nil, err
 	}
 	defer f.Close()
-	tb := &tarball{path: path}
+	tb := &tarball{src: dir, path: path}
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()

@@ -100,7 +100,7 @@ func (r *results) legacyMarkdown(b *bytes.Buffer) {
 		"directory, no S3 (what FUSE alone costs). Durability: when a loop or tar x has returned, the benchmark's S3 client " +
 		fmt.Sprintf("checks every %dth file it wrote (and the last) has its size in the bucket.", cfg.CheckEvery))
 	if r.tree != nil {
-		fmt.Fprintf(b, " tar x extracts %s (%d files, %d directories).", strings.TrimSuffix(r.tree.path, "/"), len(r.tree.files), r.tree.dirs)
+		fmt.Fprintf(b, " tar x extracts %s (%d files, %d directories).", r.tree.src, len(r.tree.files), r.tree.dirs)
 	}
 	b.WriteString("\n\n")
 	if len(defs) == 0 {
@@ -137,7 +137,7 @@ func (r *results) legacyMarkdown(b *bytes.Buffer) {
 	r.pairTable(b, defs, pairs)
 
 	r.boundsTable(b)
-	r.requestsTable(b, "S3 requests per operation of the legacy workloads (fencefs metrics, median of runs)", legacyDefs(cfg))
+	r.requestsTable(b, "S3 requests per operation of the legacy workloads (fencefs metrics, median of runs)", defs)
 
 	b.WriteString("## Goals (issue 17)\n\n")
 	byKey := map[string]metricDef{}

@@ -189,8 +189,11 @@ func parseFlags(args []string) (config, error) {
 	c.WriteChunk = int(ch)
 	if c.Runs < 1 || c.SmallCount < 1 || c.SmallSize < 1 || c.RenameFiles < 1 || c.DirFiles < 1 ||
 		c.CheckEvery < 1 || c.RawThreads < 1 || c.WriteChunk < 1 || c.LargeSize < 1 ||
-		c.ShellFiles < 1 || c.Shells < 1 || c.ListFiles < 1 || c.FindFiles < 4 {
+		c.ShellFiles < 1 || c.Shells < 1 || c.ListFiles < 1 || c.FindFiles < 1 {
 		return c, errors.New("counts and sizes must be positive")
+	}
+	if c.FindFiles < 4 {
+		return c, errors.New("-find-files: at least 4 (one per directory)")
 	}
 	if only != "" {
 		for _, name := range strings.Split(only, ",") {
