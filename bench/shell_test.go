@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fencefs/fencefs/integration/gateway"
+)
+
+// smallTree makes a directory tree of 3 files in 3 directories and its
+// tarball.
+func smallTree(t *testing.T) *tarball {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "tree")
+	if err := os.MkdirAll(filepath.Join(src, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"x.go", "a/y.go", "a/b/z.txt"} {
+		if err := os.WriteFile(filepath.Join(src, f), []byte("content of "+f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb, err := makeTarball(t.Context(), src, filepath.Join(t.TempDir(), "tree.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+func TestShellWorkloadsWriteWhatTheProgramsWrite(t *testing.T) {
+	root := t.TempDir()
+	d := &fsDriver{root: root}
+	ctx := t.Context()
+	for _, dir := range []string{"sh", "tar"} {
+		if err := d.Mkdir(ctx, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 5
+	if err := d.RedirectLoop(ctx, "sh", n); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AppendLoop(ctx, "sh", n); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		b, err := os.ReadFile(filepath.Join(root, "sh", fmt.Sprintf("f%d", i)))
+		if want := payload(i) + appendLine(i); err != nil || string(b) != want {
+			t.Errorf("sh/f%d = %q, %v; want %q", i, b, err, want)
+		}
+	}
+	if got, err := d.ListLong(ctx, "sh"); err != nil || got != n {
+		t.Errorf("ls -l sh = %d, %v; want %d", got, err, n)
+	}
+	tb := smallTree(t)
+	if err := d.ExtractTar(ctx, tb, "tar"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "tar", "tree", "a", "b", "z.txt")); err != nil || string(b) != "content of a/b/z.txt" {
+		t.Errorf("extracted z.txt = %q, %v", b, err)
+	}
+	if got, err := d.FindFiles(ctx, "tar"); err != nil || got != len(tb.files) {
+		t.Errorf("find tar -type f = %d, %v; want %d", got, err, len(tb.files))
+	}
+	err := d.RedirectLoop(ctx, "missing", 2)
+	if err == nil || !strings.Contains(err.Error(), "bash redirect loop") ||
+		!strings.Contains(err.Error(), "No such file or directory") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("redirect into a missing directory: %v; want one line naming the loop and the error", err)
+	}
+}
+
+func TestRawClientDoesTheSameWorkloadsWithS3Calls(t *testing.T) {
+	gw := gateway.ForTest(t)
+	ctx := t.Context()
+	cfg := config{ListFiles: 5, FindFiles: 10, Workloads: legacyWorkloads}
+	e := &benchEnv{cfg: cfg, gw: gw, client: gw.Client()}
+	d := &s3Driver{env: e, bucket: gateway.NewBucket(t, gw)}
+	const n = 4
+	if err := d.RedirectLoop(ctx, "sh", n); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AppendLoop(ctx, "sh", n); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		b, err := d.ReadSmall(ctx, fmt.Sprintf("sh/f%d", i))
+		if want := payload(i) + appendLine(i); err != nil || string(b) != want {
+			t.Errorf("sh/f%d = %q, %v; want %q", i, b, err, want)
+		}
+	}
+	tb := smallTree(t)
+	if err := d.ExtractTar(ctx, tb, "tar"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := d.ReadSmall(ctx, "tar/tree/a/y.go"); err != nil || string(b) != "content of a/y.go" {
+		t.Errorf("tar/tree/a/y.go = %q, %v", b, err)
+	}
+	if got, err := d.FindFiles(ctx, "tar"); err != nil || got != len(tb.files) {
+		t.Errorf("files under tar/ = %d, %v; want %d", got, err, len(tb.files))
+	}
+
+	// The listing bucket: markers are not entries; find's objects are in
+	// 4 directories.
+	e.legacy.listingBucket = gateway.NewBucket(t, gw)
+	if err := putParallel(ctx, e.client, e.legacy.listingBucket, listingKeys(cfg), 4); err != nil {
+		t.Fatal(err)
+	}
+	l := &s3Driver{env: e, bucket: e.legacy.listingBucket}
+	if got, err := l.ListLong(ctx, "lsl"); err != nil || got != cfg.ListFiles {
+		t.Errorf("entries in lsl/ = %d, %v; want %d", got, err, cfg.ListFiles)
+	}
+	if got, err := l.FindFiles(ctx, "find"); err != nil || got != cfg.FindFiles {
+		t.Errorf("files under find/ = %d, %v; want %d", got, err, cfg.FindFiles)
+	}
+	if got, err := l.ListLong(ctx, "find"); err != nil || got != 0 {
+		t.Errorf("files directly in find/ = %d, %v; want 0 (4 directories)", got, err)
+	}
+
+	c, err := e.calibrate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]float64{"PUT": c.Put, "GET": c.Get, "parallel PUT": c.Put8, "LIST page": c.ListPage} {
+		if math.IsNaN(v) || v <= 0 || v > 5 {
+			t.Errorf("calibrated %s round trip = %v s", name, v)
+		}
+	}
+}
