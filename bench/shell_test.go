@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencefs/fencefs/integration/gateway"
+	"github.com/fencefs/fencefs/integration/harness"
 )
 
 // smallTree makes a directory tree of 3 files in 3 directories and its
@@ -127,6 +129,38 @@ func TestRawClientDoesTheSameWorkloadsWithS3Calls(t *testing.T) {
 	for name, v := range map[string]float64{"PUT": c.Put, "GET": c.Get, "parallel PUT": c.Put8, "LIST page": c.ListPage} {
 		if math.IsNaN(v) || v <= 0 || v > 5 {
 			t.Errorf("calibrated %s round trip = %v s", name, v)
+		}
+	}
+}
+
+func TestFloorRunsEveryLegacyWorkloadOnTheLoopbackAndUnmounts(t *testing.T) {
+	harness.RequireFUSE(t)
+	gw := gateway.ForTest(t)
+	ctx := t.Context()
+	cfg := config{ShellFiles: 5, Shells: 2, ListFiles: 7, FindFiles: 8, CheckEvery: 1,
+		Workloads: legacyWorkloads, WorkDir: t.TempDir(), TargetTimeout: 2 * time.Minute}
+	e := &benchEnv{cfg: cfg, gw: gw, client: gw.Client()}
+	e.legacy.tree = smallTree(t)
+	e.legacy.listingBucket = "bench-listing" // the floor lists its own copy of it
+	var err error
+	if e.legacy.loopback, err = buildLoopback(ctx, cfg.WorkDir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.measure(ctx, floorTarget{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{mRedirect, mAppend, mTar, mParallel, mLslCold, mLslWarm, mFind, mRSSList} {
+		if v, ok := m.values[k]; !ok || v <= 0 {
+			t.Errorf("%s = %v, %v; want a measurement", k, v, ok)
+		}
+	}
+	if m.checks != 0 || len(m.failures) != 0 || len(m.phaseErrors) != 0 {
+		t.Errorf("floor: %d checks, failures %v, failed workloads %v; want none", m.checks, m.failures, m.phaseErrors)
+	}
+	for _, mnt := range []string{"fuse-floor-r1/mnt", "fuse-floor-r1-listing/mnt"} {
+		if ok, err := isMounted(filepath.Join(cfg.WorkDir, mnt)); err != nil || ok {
+			t.Errorf("%s still mounted after measure (%v)", mnt, err)
 		}
 	}
 }
