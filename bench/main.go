@@ -214,35 +214,27 @@ func parseFlags(args []string) (config, error) {
 // quickDefaults applies -quick's small sizes to the flags not given
 // explicitly (set holds the names of those given).
 func quickDefaults(c *config, size *string, set map[string]bool) {
+	for _, d := range []struct {
+		flag  string
+		p     *int
+		quick int
+	}{
+		{"small", &c.SmallCount, 100}, {"rename-files", &c.RenameFiles, 20}, {"dir-files", &c.DirFiles, 20},
+		{"runs", &c.Runs, 1}, {"shell-files", &c.ShellFiles, 50}, {"ls-files", &c.ListFiles, 2000},
+		{"find-files", &c.FindFiles, 4000},
+	} {
+		if !set[d.flag] {
+			*d.p = d.quick
+		}
+	}
 	if !set["size"] {
 		*size = "32MiB"
-	}
-	if !set["small"] {
-		c.SmallCount = 100
-	}
-	if !set["rename-files"] {
-		c.RenameFiles = 20
-	}
-	if !set["dir-files"] {
-		c.DirFiles = 20
-	}
-	if !set["runs"] {
-		c.Runs = 1
 	}
 	if !set["out"] {
 		c.Out = "-"
 	}
 	if !set["quiet"] {
 		c.QuietIdle = 0
-	}
-	if !set["shell-files"] {
-		c.ShellFiles = 50
-	}
-	if !set["ls-files"] {
-		c.ListFiles = 2000
-	}
-	if !set["find-files"] {
-		c.FindFiles = 4000
 	}
 }
 
