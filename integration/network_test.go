@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -124,28 +125,34 @@ func TestCutNetworkFailsClosedFastAndRecoversAtOnce(t *testing.T) {
 }
 
 // TestSlowButMovingUploadThroughTheMountSucceeds limits the link to the
-// gateway to 2 MiB/s per connection and writes a file whose upload takes
-// several idle timeouts: the bytes keep moving, so close succeeds and the
-// object holds every byte.
+// gateway to 4 MiB/s and writes a file whose upload takes at least twice the
+// idle timeout: the bytes keep moving, so close succeeds and the object
+// holds every byte. (toxiproxy acknowledges what it has not passed on yet,
+// up to a whole part: one part must pass the toxic within the idle timeout,
+// 8 MiB in 2 s here; a real slow link keeps them in the sender's queue,
+// which counts as moving.)
 func TestSlowButMovingUploadThroughTheMountSucceeds(t *testing.T) {
 	harness.RequireFUSE(t)
 	gw := gateway.ForTest(t)
 	bucket := gateway.NewBucket(t, gw)
 	proxy := harness.NewProxy(t, gw.Addr)
-	const idle = 2 * time.Second
+	const idle = 4 * time.Second
 	a := harness.Mount(t, gw, bucket, "--endpoint", proxy.Endpoint(), "--token", "17", "--holder", "A",
-		"--s3-timeout", idle.String())
-	data := bytes.Repeat([]byte("slow but moving "), (24<<20)/16) // 24 MiB: three 8 MiB parts
-	proxy.Slow(t, 2048)
+		"--s3-timeout", idle.String(), "--s3-concurrency", "1")
+	data := bytes.Repeat([]byte("slow but moving "), (40<<20)/16) // 40 MiB: five 8 MiB parts, one at a time
+	proxy.Slow(t, 4096)
 	err, took := timedOp(t, 3*time.Minute, func() error {
 		return writeClose(a.Path("big"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, data)
 	})
 	proxy.Unslow(t)
 	if err != nil {
-		t.Fatalf("write+close through a slow link: %v (after %v)", err, took)
+		t.Fatalf("write+close through a slow link: %v (after %v)\n%s", err, took, a.Log())
 	}
 	if took < 2*idle {
 		t.Fatalf("the upload took %v: the link was not slow enough to outlast the idle timeout %v (test setup)", took, idle)
+	}
+	if strings.Contains(a.Log(), "no byte moved") {
+		t.Errorf("a request of the slow but moving upload timed out (then was retried):\n%s", a.Log())
 	}
 	if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, data) {
 		t.Fatalf("big holds %d bytes after close succeeded, want %d", len(got.body), len(data))

@@ -37,10 +37,13 @@ type idleConn struct {
 	active  bool      // a request holds the connection; GUARDED_BY(mu)
 	gen     uint64    // requests that took it so far; GUARDED_BY(mu)
 	armedAt time.Time // when the deadlines were last renewed; GUARDED_BY(mu)
-	// queued is the send queue seen at the last deadline that passed with
-	// bytes still queued (-1: none since bytes last moved through Read or
-	// Write); GUARDED_BY(mu)
+	// queued is the send queue seen at the last deadline that passed (-1:
+	// none since bytes last moved through Read or Write); GUARDED_BY(mu)
 	queued int
+	// written counts the bytes Write handed to the kernel; ackedSeen is
+	// written minus the send queue at the last deadline check: the bytes
+	// the peer had acknowledged then. GUARDED_BY(mu)
+	written, ackedSeen int64
 	// checkedAt and wasMoving: the last draining check, shared by the
 	// reader and the writer whose deadlines pass together; GUARDED_BY(mu)
 	checkedAt time.Time
@@ -72,11 +75,14 @@ func (c *idleConn) renew() {
 	_ = c.Conn.SetDeadline(now.Add(c.idle))
 }
 
-// moved records bytes moving through Read or Write: the send queue
-// observed at a passed deadline no longer matters.
-func (c *idleConn) moved() {
+// moved records n bytes moving through Read or Write (wrote: Write): the
+// send queue observed at a passed deadline no longer matters.
+func (c *idleConn) moved(n int, wrote bool) {
 	c.mu.Lock()
 	c.queued = -1
+	if wrote {
+		c.written += int64(n)
+	}
 	c.mu.Unlock()
 	c.renew()
 }
@@ -116,7 +122,7 @@ func (c *idleConn) Read(b []byte) (int, error) {
 		c.renew()
 		n, err := c.Conn.Read(b)
 		if n > 0 {
-			c.moved()
+			c.moved(n, false)
 		}
 		// A deadline that passed while the connection went back to the
 		// pool (the transport reads ahead on idle connections), or while
@@ -130,12 +136,12 @@ func (c *idleConn) Read(b []byte) (int, error) {
 }
 
 // draining reports whether bytes are still leaving the send buffer since
-// the previous check: the queue is shorter than it was (the first check
-// with a queue counts as moving; a queue that emptied since the previous
-// check too, as it may have done so just now). If so, the deadlines are
-// renewed. A black hole's queue stays still (or empty, when something in
-// between swallows the bytes), so it fails after one to three idle
-// timeouts.
+// the previous check: the queue is not empty and the peer acknowledged
+// more bytes than at the previous check (the first check with a queue
+// counts as moving; a queue that emptied since the previous check too, as
+// it may have done so just now). If so, the deadlines are renewed. A black
+// hole's queue stays still (or empty, when something in between swallows
+// the bytes), so it fails after one to three idle timeouts.
 func (c *idleConn) draining() bool {
 	q, ok := unsent(c.Conn)
 	c.mu.Lock()
@@ -146,9 +152,10 @@ func (c *idleConn) draining() bool {
 		c.mu.Unlock()
 		return moving
 	}
-	moving := ok && (q > 0 && (c.queued < 0 || q < c.queued) || q == 0 && c.queued > 0)
-	if ok && (q > 0 || c.queued > 0) {
-		c.queued = q
+	acked := c.written - int64(q)
+	moving := ok && (q > 0 && acked > c.ackedSeen || q == 0 && c.queued > 0)
+	if ok {
+		c.queued, c.ackedSeen = q, acked
 	}
 	c.checkedAt, c.wasMoving = now, moving
 	if moving {
@@ -163,22 +170,27 @@ func (c *idleConn) draining() bool {
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	total := 0
-	for {
+	for len(b) > 0 {
 		c.renew()
-		n, err := c.Conn.Write(b)
+		n, err := c.Conn.Write(b[:min(len(b), writeChunk)])
 		total += n
 		b = b[n:]
 		if n > 0 {
-			c.moved()
+			c.moved(n, true)
 		}
-		// A deadline that passed while bytes still moved (part of b went
-		// out, or the send buffer drains): write the rest.
-		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && len(b) > 0 && (n > 0 || c.draining()) {
-			continue
+		// A deadline that passed while bytes still moved (part of the
+		// piece went out, or the send buffer drains): write the rest.
+		if err != nil && !(errors.Is(err, os.ErrDeadlineExceeded) && (n > 0 || c.draining())) {
+			return total, err
 		}
-		return total, err
 	}
+	return total, nil
 }
+
+// writeChunk is the largest piece written at once: a body handed over in
+// one Write (a whole part) renews the deadlines, and counts as moving,
+// piece by piece.
+const writeChunk = 64 << 10
 
 // asIdleConn finds the idleConn under c (a *tls.Conn wraps it).
 func asIdleConn(c net.Conn) *idleConn {

@@ -119,7 +119,7 @@ func (p *faultProxy) retire(f *fault) {
 // proxiedStore returns a store that reaches a fresh gateway bucket through
 // a toxiproxy, with short timeouts, and one that talks to the gateway
 // directly.
-func proxiedStore(t *testing.T, idle time.Duration, reg prometheus.Registerer) (*harness.Proxy, *s3.Store, *s3.Store) {
+func proxiedStore(t *testing.T, idle time.Duration, reg prometheus.Registerer, set ...func(*s3.Config)) (*harness.Proxy, *s3.Store, *s3.Store) {
 	gw := gateway.ForTest(t)
 	cfg := config(t, gw)
 	direct := newStore(t, cfg)
@@ -127,6 +127,9 @@ func proxiedStore(t *testing.T, idle time.Duration, reg prometheus.Registerer) (
 	cfg.Endpoint = proxy.Endpoint()
 	cfg.IdleTimeout, cfg.ConnectTimeout, cfg.RetryDeadline = idle, time.Second, 2*time.Second
 	cfg.Registerer = reg
+	for _, f := range set {
+		f(&cfg)
+	}
 	return proxy, newStore(t, cfg), direct
 }
 
@@ -238,27 +241,31 @@ func TestResetConnectionsFailUnavailableThenRecover(t *testing.T) {
 	}
 }
 
-// TestSlowButMovingUploadOutlivesTheIdleTimeout uploads through a link
-// slow enough that the upload takes several idle timeouts (and its last
-// bytes wait in the send buffer longer than one): bytes keep moving, so it
-// succeeds.
+// TestSlowButMovingUploadOutlivesTheIdleTimeout uploads through a slow
+// link, part after part, for longer than both the idle timeout and the
+// retry deadline: bytes keep moving, so no request times out and it
+// succeeds. (toxiproxy acknowledges bytes it has not passed on yet, up to a
+// whole request: each part must pass the toxic within the idle timeout,
+// 5 MiB in 2.5 s here. The sender's queue on a real slow link is covered
+// by TestIdleConnCountsADrainingSendQueueAsMoving.)
 func TestSlowButMovingUploadOutlivesTheIdleTimeout(t *testing.T) {
-	// The idle timeout must exceed the time the bytes that the proxy's
-	// kernel has already acknowledged take to pass the toxic (its receive
-	// buffer, ~1 MiB here): those move where the client cannot see them.
-	const idle = 2 * time.Second
-	proxy, s, direct := proxiedStore(t, idle, nil)
+	const idle = 4 * time.Second
+	reg := prometheus.NewRegistry()
+	proxy, s, direct := proxiedStore(t, idle, reg, func(c *s3.Config) { c.Concurrency = 1 })
 	ctx := ctxT(t)
-	body := bytes.Repeat([]byte("slow but moving "), (8<<20)/16) // 8 MiB at 1 MiB/s: ~8 s
-	proxy.Slow(t, 1024)
+	body := bytes.Repeat([]byte("slow but moving "), (15<<20)/16) // three 5 MiB parts at 2 MiB/s: ~7.5 s
+	proxy.Slow(t, 2048)
 	start := time.Now()
-	if _, err := s.Put(ctx, "slow", bytes.NewReader(body), int64(len(body)), objstore.PutOptions{Shape: objstore.ShapePlain}); err != nil {
+	if _, err := s.Put(ctx, "slow", bytes.NewReader(body), int64(len(body)), objstore.PutOptions{}); err != nil {
 		t.Fatalf("slow upload: %v", err)
 	}
 	took := time.Since(start)
 	proxy.Unslow(t)
-	if took < 3*idle {
+	if took < idle+time.Second {
 		t.Fatalf("the upload took %v: the link was not slow enough to outlast the idle timeout %v (test setup)", took, idle)
+	}
+	if n := counterSum(t, reg, "fencefs_s3_retries_total"); n != 0 {
+		t.Errorf("%v requests of the slow but moving upload were retried", n)
 	}
 	rc, _, err := direct.Get(ctx, "slow", objstore.GetOptions{})
 	if err != nil {
@@ -269,6 +276,24 @@ func TestSlowButMovingUploadOutlivesTheIdleTimeout(t *testing.T) {
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("read back %d bytes (err %v), want the %d uploaded", len(got), err, len(body))
 	}
+}
+
+// counterSum adds up every series of the counter name in reg (0 if absent).
+func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // TestPooledConnectionOutlivesTheIdleTimeout checks that the idle timeout
