@@ -16,7 +16,7 @@ TEST_TIMEOUT ?= 14m
 PKGS ?= ./...
 DURATION ?= 10m
 
-.PHONY: all build run test deps lint bench torture clean
+.PHONY: all build run test deps lint bench torture clean pjdfstest
 
 all: build
 
@@ -100,6 +100,13 @@ bench: build $(BIN)/versitygw
 ## torture: the many-writers fencing checker, for longer (DURATION=30m)
 torture: build $(BIN)/versitygw
 	FENCEFS_TORTURE_DURATION=$(DURATION) $(GO) test -run TestManyWritersTorture -timeout 0 -v ./integration/
+
+## pjdfstest: the POSIX conformance suite (github.com/pjd/pjdfstest, built by you:
+## autoreconf -ifs && ./configure && make pjdfstest) as root on a fresh bucket, mounted with
+## --allow-other and without; prints the failing subtests per group (docs/POSIX.md). Not part of `make test`.
+PJDFSTEST ?=
+pjdfstest: build $(BIN)/versitygw
+	$(GO) run ./integration/pjdfstest -pjdfstest "$(PJDFSTEST)" -bin $(BIN)/fencefs -gateway $(BIN)/versitygw -state .run/pjdfstest
 
 clean:
 	rm -rf $(BIN) .run

@@ -31,6 +31,9 @@ type dirNode struct {
 	// so that rm -r and mv can remove it after the kernel's entry expired.
 	// Other mounts see it gone at once (docs/DECISIONS.md).
 	emptied bool // GUARDED_BY(mu)
+	// changed is when this mount last added or removed an entry: the
+	// directory's mtime and ctime, in this mount's memory (posixrules.go).
+	changed time.Time // GUARDED_BY(mu)
 }
 
 // noteRemoval records that an entry left d through this mount.
@@ -38,6 +41,7 @@ type dirNode struct {
 func (d *dirNode) noteRemoval() {
 	d.mu.Lock()
 	d.emptied = true
+	d.changed = time.Now()
 	d.mu.Unlock()
 }
 
@@ -83,7 +87,7 @@ func (d *dirNode) childKey(name string) (string, error) {
 
 func (d *dirNode) fillAttr(out *fuse.Attr) {
 	d.mu.Lock()
-	a := d.attr
+	a := withEntryChange(d.attr, d.changed)
 	d.mu.Unlock()
 	fillAttr(out, a, 4096, 1) // nlink 1: "unknown", so find(1) does not skip subdirectories
 }
@@ -449,7 +453,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	n.openCount = 1
 	n.mu.Unlock()
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
-	d.names.add(name)
+	d.entryAdded(name)
 	n.fillAttr(&out.Attr)
 	return ch, &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0}, 0, 0
 }
@@ -484,7 +488,7 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 	}
 	n := newFileNode(d.fsys, mergeInfo(info, key, 0, meta))
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
-	d.names.add(name)
+	d.entryAdded(name)
 	n.fillAttr(&out.Attr)
 	return ch, 0
 }
@@ -512,7 +516,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	// new directory is known empty.
 	n.names.set(start, map[string]struct{}{})
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFDIR})
-	d.names.add(name)
+	d.entryAdded(name)
 	n.fillAttr(&out.Attr)
 	return ch, 0
 }
@@ -544,7 +548,7 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	n := newSymlinkNode(d.fsys, mergeInfo(info, key, int64(len(body)), meta))
 	n.target, n.targetETag = target, n.info.ETag
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFLNK})
-	d.names.add(name)
+	d.entryAdded(name)
 	n.fillAttr(&out.Attr)
 	return ch, 0
 }
@@ -713,7 +717,11 @@ func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttr
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()
 		d.opMu.Lock()
-		err := d.updateMetaRemote(ctx, mutate)
+		fold, folded := d.foldEntryChange(mutate)
+		err := d.updateMetaRemote(ctx, fold)
+		if err == nil {
+			d.forgetEntryChange(*folded)
+		}
 		d.opMu.Unlock()
 		if err != nil {
 			return d.fsys.errno("setattr", key, err)

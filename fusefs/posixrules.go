@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -180,4 +181,57 @@ func killPrivOnChown(ch setattrChange, a *posixAttr) {
 	if a.Mode&0o010 != 0 {
 		a.Mode &^= syscall.S_ISGID
 	}
+}
+
+// Directory times. Adding or removing an entry sets the directory's mtime
+// and ctime, as on ext4 — in the mount's memory only (dirNode.changed): a
+// stored update would be one more conditional write of the directory's
+// marker per create or unlink, which parallel creates in one directory
+// would serialise on (and an implicit directory has no marker to update).
+// Other mounts, and this one after a remount, see the stored times; the
+// next chmod, chown or utimens of the directory stores the newer mtime.
+
+// entryAdded records that name was added to d through this mount.
+func (d *dirNode) entryAdded(name string) {
+	d.names.add(name)
+	d.mu.Lock()
+	d.changed = time.Now()
+	d.mu.Unlock()
+}
+
+// withEntryChange returns a with the mtime and ctime moved up to changed.
+func withEntryChange(a posixAttr, changed time.Time) posixAttr {
+	if changed.After(a.Mtime) {
+		a.Mtime = changed
+	}
+	if changed.After(a.Ctime) {
+		a.Ctime = changed
+	}
+	return a
+}
+
+// foldEntryChange wraps a metadata mutation of d so that the stored mtime
+// includes the last entry change (the mutation may still set another);
+// *folded is the change it folded in, for forgetEntryChange once stored.
+func (d *dirNode) foldEntryChange(mutate func(*posixAttr) error) (func(*posixAttr) error, *time.Time) {
+	folded := new(time.Time)
+	return func(a *posixAttr) error {
+		d.mu.Lock()
+		*folded = d.changed
+		d.mu.Unlock()
+		if folded.After(a.Mtime) {
+			a.Mtime = *folded
+		}
+		return mutate(a)
+	}, folded
+}
+
+// forgetEntryChange drops the in-memory entry change once it is stored,
+// unless a newer one happened meanwhile.
+func (d *dirNode) forgetEntryChange(folded time.Time) {
+	d.mu.Lock()
+	if d.changed.Equal(folded) {
+		d.changed = time.Time{}
+	}
+	d.mu.Unlock()
 }

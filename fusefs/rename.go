@@ -48,7 +48,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		defer cancel()
 		err = d.rename(ctx, name, srcKey, np, newName, dstKey, flags&unix.RENAME_NOREPLACE != 0)
 		if err == nil {
-			np.names.add(newName)
+			np.entryAdded(newName)
 			d.noteRemoval()
 		}
 	}

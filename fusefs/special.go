@@ -84,7 +84,7 @@ func (d *dirNode) mknodSpecial(ctx context.Context, name, key string, mode, dev 
 	}
 	n := newSpecialNode(d.fsys, kind, mergeInfo(info, key, 0, meta))
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: kind})
-	d.names.add(name)
+	d.entryAdded(name)
 	n.fillAttr(&out.Attr)
 	return ch, nil
 }

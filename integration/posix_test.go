@@ -222,3 +222,60 @@ func TestNamesOverNameMaxAreENAMETOOLONG(t *testing.T) {
 		t.Errorf("mkfifo of a 200-byte name: %v", err)
 	}
 }
+
+// TestDirectoryTimesMoveWhenEntriesComeAndGo checks that adding or removing
+// an entry sets the directory's mtime and ctime (as ext4 does; in the
+// mount's memory, docs/POSIX.md), and that an explicit utimens of the
+// directory afterwards is what it shows and stores.
+func TestDirectoryTimesMoveWhenEntriesComeAndGo(t *testing.T) {
+	gw := gateway.ForTest(t)
+	e := &fsEnv{gw: gw, bucket: gateway.NewBucket(t, gw)}
+	e.fs = harness.Mount(t, gw, e.bucket, "--token", "1")
+	d := e.fs.Path("d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	past := unix.NsecToTimespec(1000 * 1e9)
+	cases := []struct {
+		name string
+		op   func(p string) error
+	}{
+		{"create", func(p string) error { return fsWriteClose(p+"/f", os.O_CREATE|os.O_WRONLY, "x") }},
+		{"mkdir", func(p string) error { return syscall.Mkdir(p+"/sub", 0o755) }},
+		{"mkfifo", func(p string) error { return syscall.Mkfifo(p+"/fifo", 0o644) }},
+		{"symlink", func(p string) error { return syscall.Symlink("f", p+"/l") }},
+		{"rename within", func(p string) error { return syscall.Rename(p+"/l", p+"/l2") }},
+		{"unlink", func(p string) error { return syscall.Unlink(p + "/l2") }},
+		{"rmdir", func(p string) error { return syscall.Rmdir(p + "/sub") }},
+		{"rename out", func(p string) error { return syscall.Rename(p+"/fifo", e.fs.Path("fifo")) }},
+	}
+	for _, tc := range cases {
+		if err := unix.UtimesNano(d, []unix.Timespec{past, past}); err != nil {
+			t.Fatal(err)
+		}
+		before := lstat(t, d)
+		if err := tc.op(d); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		after := lstat(t, d)
+		if after.Mtim.Sec <= 1000 || !timespecAfter(after.Ctim, before.Ctim) {
+			t.Errorf("%s: directory mtime %v ctime %v (before: ctime %v), want both moved to now",
+				tc.name, after.Mtim, after.Ctim, before.Ctim)
+		}
+	}
+	if err := fsWriteClose(d+"/g", os.O_CREATE|os.O_WRONLY, "x"); err != nil {
+		t.Fatal(err)
+	}
+	later := unix.NsecToTimespec(2000 * 1e9)
+	if err := unix.UtimesNano(d, []unix.Timespec{later, later}); err != nil {
+		t.Fatal(err)
+	}
+	if st := lstat(t, d); st.Mtim.Sec != 2000 {
+		t.Errorf("utimens after a create: mtime %v, want 2000", st.Mtim)
+	}
+	wantMetaValue(t, e, "d/", "mtime", "2000")
+}
+
+func timespecAfter(a, b syscall.Timespec) bool {
+	return a.Sec > b.Sec || (a.Sec == b.Sec && a.Nsec > b.Nsec)
+}
