@@ -475,7 +475,7 @@ func (g *Guard) validate(ctx context.Context, ts tokenState, op, key string) err
 // runRound does one conditional GET of the register (If-None-Match on the
 // cached ETag: normally a 304).
 func (g *Guard) runRound(*batchRun[valResult]) valResult {
-	ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+	ctx, cancel := g.opCtx()
 	defer cancel()
 	g.mu.Lock()
 	cached, etag := g.reg, g.regETag

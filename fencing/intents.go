@@ -225,7 +225,7 @@ func (g *Guard) dropAllIntentsLocked() {
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+		ctx, cancel := g.opCtx()
 		defer cancel()
 		_ = g.store.Delete(ctx, name, objstore.Condition{})
 	}()
@@ -264,7 +264,7 @@ func (g *Guard) PrepareBase(key string, base Version) {
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+		ctx, cancel := g.opCtx()
 		defer cancel()
 		ki, err := g.ensureIntent(ctx, ts, key, base.ETag)
 		if err != nil {

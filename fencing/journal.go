@@ -152,7 +152,7 @@ func (g *Guard) syncJournal(ctx context.Context) error {
 
 // writeJournal writes the journal's current content (run r).
 func (g *Guard) writeJournal(r *batchRun[error]) error {
-	ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+	ctx, cancel := g.opCtx()
 	defer cancel()
 	g.mu.Lock()
 	// Under g.mu: a caller that changed an intent before this point is in
@@ -197,7 +197,7 @@ func (g *Guard) writeJournal(r *batchRun[error]) error {
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
-			ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+			ctx, cancel := g.opCtx()
 			defer cancel()
 			_ = g.validate(ctx, ts, "", jr.name) // latches fenced on a newer epoch
 		}()
@@ -413,7 +413,7 @@ func (g *Guard) scheduleJournalTrimLocked() {
 		if closed {
 			return
 		}
-		ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+		ctx, cancel := g.opCtx()
 		defer cancel()
 		if err := g.syncJournal(ctx); err != nil {
 			g.log.Debug("trimming the intent journal failed; the next write or sweep handles it", "err", err)

@@ -303,6 +303,14 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 	}
 }
 
+// opCtx is the context of one background protocol operation (a journal
+// write, a validation round, an intent's removal): bounded by OpTimeout,
+// and one retry budget for its requests (objstore.WithRetryDeadline).
+func (g *Guard) opCtx() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
+	return objstore.WithRetryDeadline(ctx, time.Now().Add(g.cfg.OpTimeout)), cancel
+}
+
 // resolveFailed decides what a refused (or pre-empted) commit means from
 // the key's current state. next != nil means: retry with that base.
 func (g *Guard) resolveFailed(ctx context.Context, m *mutation, cur objstore.ObjectInfo, exists bool) (objstore.ObjectInfo, *Version, error) {

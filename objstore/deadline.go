@@ -2,10 +2,19 @@ package objstore
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
-type retryDeadlineKey struct{}
+type budgetKey struct{}
+
+// budget is what WithRetryDeadline puts in a context: one caller-level
+// operation's retry deadline, and whether the storage was already found
+// unreachable during it.
+type budget struct {
+	deadline    time.Time
+	unreachable *atomic.Bool // shared by nested budgets of one operation
+}
 
 // WithRetryDeadline returns a context under which a Store retries transient
 // failures (ErrUnavailable, ErrConflict) only until t: no new attempt of a
@@ -14,15 +23,44 @@ type retryDeadlineKey struct{}
 // the store's own idle timeout). It is how one caller-level operation — a
 // fencing mutation, made of several requests — gets one retry budget instead
 // of one per request. A deadline already in ctx that is earlier wins.
+//
+// The context also carries what the store learned during the operation:
+// once a request of it found the storage unreachable (see MarkUnreachable),
+// the operation's later requests fail at once while the storage is still
+// known down, instead of each waiting for the store to check again.
 func WithRetryDeadline(ctx context.Context, t time.Time) context.Context {
-	if old, ok := RetryDeadline(ctx); ok && !t.Before(old) {
+	old, ok := ctx.Value(budgetKey{}).(*budget)
+	if ok && !t.Before(old.deadline) {
 		return ctx
 	}
-	return context.WithValue(ctx, retryDeadlineKey{}, t)
+	b := &budget{deadline: t, unreachable: new(atomic.Bool)}
+	if ok {
+		b.unreachable = old.unreachable
+	}
+	return context.WithValue(ctx, budgetKey{}, b)
 }
 
 // RetryDeadline returns the retry deadline set by WithRetryDeadline, if any.
 func RetryDeadline(ctx context.Context) (time.Time, bool) {
-	t, ok := ctx.Value(retryDeadlineKey{}).(time.Time)
-	return t, ok
+	b, ok := ctx.Value(budgetKey{}).(*budget)
+	if !ok {
+		return time.Time{}, false
+	}
+	return b.deadline, true
+}
+
+// MarkUnreachable records, for the operation of ctx (WithRetryDeadline),
+// that the storage did not answer. Without an operation it does nothing.
+// Stores call it; see WithRetryDeadline.
+func MarkUnreachable(ctx context.Context) {
+	if b, ok := ctx.Value(budgetKey{}).(*budget); ok {
+		b.unreachable.Store(true)
+	}
+}
+
+// FoundUnreachable reports whether MarkUnreachable was called for the
+// operation of ctx.
+func FoundUnreachable(ctx context.Context) bool {
+	b, ok := ctx.Value(budgetKey{}).(*budget)
+	return ok && b.unreachable.Load()
 }

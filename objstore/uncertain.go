@@ -28,13 +28,21 @@ func (e *UncertainError) Error() string {
 func (e *UncertainError) Unwrap() error { return e.Err }
 
 // MaybeApplied reports whether a failed write may nevertheless have been
-// applied: err is an UncertainError, or ErrUnavailable, or a context error
-// (the call was abandoned). For nil it returns false.
+// applied: err is an UncertainError, or a context error (the call was
+// abandoned), or ErrUnavailable — unless the store says the request was
+// certainly not applied (an error with a NotApplied method returning true:
+// never sent, or refused, as a 503). For nil it returns false.
 func MaybeApplied(err error) bool {
 	if err == nil {
 		return false
 	}
 	var u *UncertainError
-	return errors.As(err, &u) || errors.Is(err, ErrUnavailable) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	if errors.As(err, &u) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var na interface{ NotApplied() bool }
+	if errors.As(err, &na) && na.NotApplied() {
+		return false
+	}
+	return errors.Is(err, ErrUnavailable)
 }

@@ -2,6 +2,7 @@ package s3
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -32,7 +33,8 @@ const (
 // probeFresh before it and is still running), and fails at once with
 // ErrUnavailable unless the probe got an answer. So calls fail fast while
 // the storage is down, and the first call after it answers again goes
-// through. A background loop also probes every probeEvery (bounded by
+// through. Within one operation (objstore.WithRetryDeadline), once a call
+// was refused, the operation's later calls are refused without a probe. A background loop also probes every probeEvery (bounded by
 // slow, for links too slow for quick) and closes the breaker when the
 // storage answers. Any HTTP answer, even an error status, closes it.
 type breaker struct {
@@ -79,6 +81,14 @@ func (b *breaker) allow(ctx context.Context, op string) error {
 		b.mu.Unlock()
 		return nil
 	}
+	if objstore.FoundUnreachable(ctx) {
+		// A request of the same operation found no answer already: the
+		// operation fails anyway, so fail at once.
+		since, cause := b.since, b.cause
+		b.mu.Unlock()
+		b.m.fastFailure(op)
+		return b.refusal(op, since, cause, errors.New("an earlier request of the same operation got no answer"))
+	}
 	arrived := time.Now()
 	r := b.latest
 	if r == nil || r.finished() || r.start.Before(arrived.Add(-probeFresh)) {
@@ -96,12 +106,18 @@ func (b *breaker) allow(ctx context.Context, op string) error {
 		return nil
 	}
 	b.m.fastFailure(op)
+	objstore.MarkUnreachable(ctx)
 	b.mu.Lock()
 	since, cause := b.since, b.cause
 	b.mu.Unlock()
+	return b.refusal(op, since, cause, r.err)
+}
+
+// refusal is the error of a request not sent because the storage is down.
+func (b *breaker) refusal(op string, since time.Time, cause, why error) error {
 	return &opError{sentinel: objstore.ErrUnavailable, certain: true, noRetry: true,
-		msg: fmt.Sprintf("s3 %s: not sent: the storage has not answered since %s (%v; probe: %v)",
-			op, since.Format(time.TimeOnly), cause, r.err)}
+		msg: fmt.Sprintf("s3 %s: not sent: the storage has not answered since %s (%v; then: %v)",
+			op, since.Format(time.TimeOnly), cause, why)}
 }
 
 func (b *breaker) run(r *probeRun, timeout time.Duration) {

@@ -129,3 +129,31 @@ func TestBreakerProbesInTheBackground(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestBreakerRefusesTheRestOfAnOperationWithoutProbing checks that once a
+// request of an operation (objstore.WithRetryDeadline) found the storage
+// down, the operation's later requests fail at once, while other callers
+// still probe.
+func TestBreakerRefusesTheRestOfAnOperationWithoutProbing(t *testing.T) {
+	p := &fakeProbe{}
+	b := testBreaker(t, p, time.Second)
+	b.failed(errors.New("i/o timeout"), true)
+	op := objstore.WithRetryDeadline(context.Background(), time.Now().Add(time.Minute))
+	if err := b.allow(op, "put"); !errors.Is(err, objstore.ErrUnavailable) {
+		t.Fatalf("first request of the operation: %v", err)
+	}
+	probes := p.calls.Load()
+	if err := b.allow(op, "head"); !errors.Is(err, objstore.ErrUnavailable) {
+		t.Fatalf("next request of the operation: %v", err)
+	}
+	if n := p.calls.Load(); n != probes {
+		t.Errorf("the operation's next request probed again (%d probes, want %d)", n, probes)
+	}
+	p.up.Store(true)
+	if err := b.allow(context.Background(), "get"); err != nil {
+		t.Fatalf("another caller once the storage answers: %v", err)
+	}
+	if err := b.allow(op, "head"); err != nil {
+		t.Errorf("the operation once the breaker closed: %v", err)
+	}
+}

@@ -57,6 +57,9 @@ func (s *Store) call(ctx context.Context, op string, write bool, fn func(ctx con
 			s.brk.answered()
 		} else if oe.sentinel == objstore.ErrUnavailable && ctx.Err() == nil {
 			s.brk.failed(err, oe.down)
+			if oe.down {
+				objstore.MarkUnreachable(ctx)
+			}
 		}
 		if write && !oe.certain && uncertain == nil {
 			uncertain = err

@@ -41,6 +41,10 @@ type opError struct {
 func (e *opError) Error() string { return e.msg + ": " + e.sentinel.Error() }
 func (e *opError) Unwrap() error { return e.sentinel }
 
+// NotApplied reports that the request was certainly not applied (see
+// objstore.MaybeApplied).
+func (e *opError) NotApplied() bool { return e.certain }
+
 func (e *opError) retryable() bool {
 	return !e.noRetry && (e.sentinel == objstore.ErrUnavailable || e.sentinel == objstore.ErrConflict)
 }
