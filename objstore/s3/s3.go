@@ -73,7 +73,9 @@
 // HEAD of the bucket, at most Config.ProbeTimeout, 1 s) started for it, and
 // fails at once with ErrUnavailable unless the probe got an answer. So
 // further calls fail in about a second, and the first call after the
-// storage answers again goes through. A background loop probes every
+// storage answers again goes through. Within one operation
+// (objstore.WithRetryDeadline), once a request found the storage down, the
+// operation's later requests fail without a probe. A background loop probes every
 // second meanwhile (with a longer timeout, for slow links). Any HTTP answer
 // counts as up. Metrics: fencefs_s3_unreachable (1 while down) and
 // fencefs_s3_fast_failures_total{op}.
