@@ -22,12 +22,12 @@ import (
 )
 
 // timedOp runs op (failing the test if it blocks past limit) and returns
-// its error and how long it took.
-func timedOp(t *testing.T, limit time.Duration, op func() error) (error, time.Duration) {
+// how long it took and its error.
+func timedOp(t *testing.T, limit time.Duration, op func() error) (time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	err := opResult(t, limit, op)
-	return err, time.Since(start)
+	return time.Since(start), err
 }
 
 // TestCutNetworkFailsClosedFastAndRecoversAtOnce breaks the link between a
@@ -109,7 +109,7 @@ func TestCutNetworkFailsClosedFastAndRecoversAtOnce(t *testing.T) {
 			{"first", round.first, 30 * time.Second},
 			{"next", round.next, 5 * time.Second},
 		} {
-			err, took := timedOp(t, 90*time.Second, call.op)
+			took, err := timedOp(t, 90*time.Second, call.op)
 			t.Logf("%s: %s call: %v after %v", round.name, call.which, err, took.Round(time.Millisecond))
 			if !errors.Is(err, syscall.EIO) {
 				t.Errorf("%s: %s call: err = %v, want EIO", round.name, call.which, err)
@@ -119,7 +119,7 @@ func TestCutNetworkFailsClosedFastAndRecoversAtOnce(t *testing.T) {
 			}
 		}
 		round.repair()
-		if err, took := timedOp(t, 30*time.Second, round.healed); err != nil {
+		if took, err := timedOp(t, 30*time.Second, round.healed); err != nil {
 			t.Fatalf("%s: first call after the repair: %v (after %v)", round.name, err, took)
 		}
 		got := readObject(t, gw, bucket, "f")
@@ -147,7 +147,7 @@ func TestSlowButMovingUploadThroughTheMountSucceeds(t *testing.T) {
 		"--s3-timeout", idle.String(), "--s3-concurrency", "1")
 	data := bytes.Repeat([]byte("slow but moving "), (40<<20)/16) // 40 MiB: five 8 MiB parts, one at a time
 	proxy.Slow(t, 4096)
-	err, took := timedOp(t, 3*time.Minute, func() error {
+	took, err := timedOp(t, 3*time.Minute, func() error {
 		return writeClose(a.Path("big"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, data)
 	})
 	proxy.Unslow(t)
@@ -269,7 +269,7 @@ func TestTransientAnswersReachTheApplicationAsEIO(t *testing.T) {
 	} {
 		ans.arm(answer.status, answer.code, -1)
 		for _, o := range ops {
-			err, took := timedOp(t, 60*time.Second, o.op)
+			took, err := timedOp(t, 60*time.Second, o.op)
 			if !errors.Is(err, syscall.EIO) {
 				t.Errorf("%s while the server answers %d %s: %v, want EIO", o.name, answer.status, answer.code, err)
 			}

@@ -17,11 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// timed runs op and returns its error and how long it took.
-func timed(op func() error) (error, time.Duration) {
+// timed runs op and returns how long it took and its error.
+func timed(op func() error) (time.Duration, error) {
 	start := time.Now()
 	err := op()
-	return err, time.Since(start)
+	return time.Since(start), err
 }
 
 // TestTransientAnswersAreRetriedWithinTheDeadlineThenUnavailable injects
@@ -66,7 +66,7 @@ func TestTransientAnswersAreRetriedWithinTheDeadlineThenUnavailable(t *testing.T
 				p.retire(tc.f)
 				_, _ = s.Stat(ctx, "there") // leaves the storage known up
 			}()
-			err, took := timed(func() error {
+			took, err := timed(func() error {
 				if tc.stat {
 					_, err := s.Stat(ctx, "there")
 					return err
@@ -173,7 +173,7 @@ func TestBlackHoleFailsFastAndRecoversAtOnce(t *testing.T) {
 	}
 
 	proxy.Cut(t)
-	err, took := timed(func() error { _, err := s.Stat(ctx, "big"); return err })
+	took, err := timed(func() error { _, err := s.Stat(ctx, "big"); return err })
 	if !errors.Is(err, objstore.ErrUnavailable) {
 		t.Fatalf("stat across a black hole: %v, want ErrUnavailable", err)
 	}
@@ -194,7 +194,7 @@ func TestBlackHoleFailsFastAndRecoversAtOnce(t *testing.T) {
 		}},
 		{"streaming read", func() error { _, err := io.Copy(io.Discard, rc); return err }},
 	} {
-		err, took := timed(op.do)
+		took, err := timed(op.do)
 		if !errors.Is(err, objstore.ErrUnavailable) {
 			t.Errorf("%s while known down: %v, want ErrUnavailable", op.name, err)
 		}
@@ -228,7 +228,7 @@ func TestResetConnectionsFailUnavailableThenRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Reset(t)
-	err, took := timed(func() error { _, err := s.Stat(ctx, "k"); return err })
+	took, err := timed(func() error { _, err := s.Stat(ctx, "k"); return err })
 	if !errors.Is(err, objstore.ErrUnavailable) {
 		t.Fatalf("stat through resets: %v, want ErrUnavailable", err)
 	}
