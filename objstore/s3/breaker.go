@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencefs/fencefs/objstore"
@@ -43,6 +44,9 @@ type breaker struct {
 	m           *metrics
 	log         *slog.Logger
 	stop        chan struct{} // closed by Close
+	// quiet: closed, and no broken request counted (the fast path of
+	// every request reads only this).
+	quiet atomic.Bool
 
 	mu      sync.Mutex
 	open    bool      // GUARDED_BY(mu)
@@ -70,12 +74,17 @@ func (r *probeRun) finished() bool {
 }
 
 func newBreaker(probe func(ctx context.Context) error, quick, slow time.Duration, m *metrics, log *slog.Logger) *breaker {
-	return &breaker{probe: probe, quick: quick, slow: slow, m: m, log: log, stop: make(chan struct{})}
+	b := &breaker{probe: probe, quick: quick, slow: slow, m: m, log: log, stop: make(chan struct{})}
+	b.quiet.Store(true)
+	return b
 }
 
 // allow returns nil when a request may be sent, else an ErrUnavailable
 // *opError (certain: nothing was sent) or ctx's error.
 func (b *breaker) allow(ctx context.Context, op string) error {
+	if b.quiet.Load() {
+		return nil
+	}
 	b.mu.Lock()
 	if !b.open {
 		b.mu.Unlock()
@@ -132,9 +141,13 @@ func (b *breaker) run(r *probeRun, timeout time.Duration) {
 
 // answered records an answer from the server: the breaker closes.
 func (b *breaker) answered() {
+	if b.quiet.Load() {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.broken = 0
+	defer b.quiet.Store(true)
 	if b.open {
 		b.log.Info("s3: the storage answers again", "down_for", time.Since(b.since).Round(time.Millisecond))
 		b.open, b.cause, b.latest = false, nil, nil
@@ -147,6 +160,7 @@ func (b *breaker) answered() {
 func (b *breaker) failed(err error, down bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.quiet.Store(false)
 	b.broken++
 	if b.open || (!down && b.broken < brokenToOpen) {
 		return
