@@ -12,7 +12,11 @@
 // are regular files with the mount's owner and modes. A directory is a
 // "dir/" marker object, or implicitly the common prefix of the objects under
 // it. A symlink is an object whose body is the target, with S_IFLNK in its
-// mode. Hard links are not supported (ENOTSUP).
+// mode. A FIFO, socket or device node is an empty object with its S_IF* type
+// in mode and, for a device, its number in rdev (special.go). Hard links are
+// not supported (ENOTSUP): an object cannot have two keys. chown, chmod and
+// utimens follow Linux's ownership rules (posixrules.go); see docs/POSIX.md
+// for what pjdfstest finds and why.
 //
 // Tombstones (the objects fencing writes in place of deleted keys) and the
 // protocol directory "<domain>/.fencefs/" are invisible: lookups and

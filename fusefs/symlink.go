@@ -6,7 +6,6 @@ import (
 	"io"
 	"syscall"
 
-	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -58,20 +57,14 @@ var _ = (fs.NodeGetattrer)((*symlinkNode)(nil))
 // Getattr returns the link's attributes (refreshed after MetaCacheTTL).
 func (n *symlinkNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.mu.Lock()
-	stale := n.staleLocked() && !n.unlinked
+	unlinked := n.unlinked
 	n.mu.Unlock()
-	if stale {
+	if !unlinked {
 		ctx, cancel := n.fsys.opctx(ctx)
 		defer cancel()
-		if key, ok := n.key(); ok {
-			info, err := n.fsys.store.Stat(ctx, key)
-			if err == nil && fencing.IsTombstone(info) {
-				err = fmt.Errorf("%w: %s is a tombstone", objstore.ErrNotFound, key)
-			}
-			if err != nil {
-				return n.fsys.errno("getattr", key, err)
-			}
-			n.setInfo(info)
+		if err := n.refreshLeaf(ctx); err != nil {
+			k, _ := n.key()
+			return n.fsys.errno("getattr", k, err)
 		}
 	}
 	n.fillAttr(&out.Attr)
