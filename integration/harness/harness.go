@@ -320,10 +320,33 @@ func (fs *FS) Stop() error {
 }
 
 // Kill sends SIGKILL to the mount process and waits for it (the kernel mount
-// stays, dead, until Unmount).
+// stays, dead, until Unmount). A process killed while one of its threads
+// waits for its own mount (go-fuse's poll hack at mount time opens and
+// closes a file on it) cannot exit until the kernel's FUSE connection is
+// aborted: Kill aborts it after 5 s, as an unmount would.
 func (fs *FS) Kill() {
 	_ = fs.cmd.Process.Kill()
-	<-fs.done
+	select {
+	case <-fs.done:
+	case <-time.After(5 * time.Second):
+		_ = abortConnection(fs.Dir)
+		<-fs.done
+	}
+}
+
+// abortConnection aborts the kernel's FUSE connection of the mount at dir
+// (/sys/fs/fuse/connections/<minor>/abort, mounting fusectl if needed).
+func abortConnection(dir string) error {
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(filepath.Clean(dir)))
+	if err != nil || len(mounts) == 0 {
+		return err
+	}
+	const ctl = "/sys/fs/fuse/connections"
+	conn := fmt.Sprintf("%s/%d", ctl, mounts[0].Minor)
+	if _, err := os.Stat(conn); err != nil {
+		_ = exec.Command("mount", "-t", "fusectl", "none", ctl).Run()
+	}
+	return os.WriteFile(conn+"/abort", []byte("1"), 0)
 }
 
 // Unmount stops the mount if it is still running and makes sure nothing is
