@@ -82,7 +82,9 @@ type Mount struct {
 	AttrTTL    time.Duration
 	EntryTTL   time.Duration
 	MetaTTL    time.Duration
-	AllowOther bool
+	// LeaderCacheTTL is the metadata trust while leading (fusefs.Options).
+	LeaderCacheTTL time.Duration
+	AllowOther     bool
 	// DefaultPermissions has the kernel check permissions (always true
 	// with AllowOther: other users must not bypass the stored modes).
 	DefaultPermissions bool

@@ -470,6 +470,7 @@ func (l *loader) build() (*Config, error) {
 	c.Mount.AttrTTL = duration("mount.attr_ttl")
 	c.Mount.EntryTTL = duration("mount.entry_ttl")
 	c.Mount.MetaTTL = duration("mount.meta_ttl")
+	c.Mount.LeaderCacheTTL = duration("mount.leader_cache_ttl")
 	c.Mount.AllowOther = boolean("mount.allow_other")
 	c.Mount.DefaultPermissions = boolean("mount.default_permissions") || c.Mount.AllowOther
 	c.Mount.MaxDirRename = integer("mount.max_dir_rename")

@@ -123,6 +123,8 @@ var settings = []Setting{
 		Usage: "how long the kernel caches directory entries; also how long a directory's listing answers lookups of names it did not show (see docs/DECISIONS.md)"},
 	{Key: "mount.meta_ttl", Option: "meta_ttl", Flag: "meta-ttl", Env: []string{"FENCEFS_MOUNT_META_TTL"}, Default: "5s", Group: GroupMount, kind: kindDuration,
 		Usage: "how long fencefs caches object metadata and listings"},
+	{Key: "mount.leader_cache_ttl", Option: "leader_cache_ttl", Flag: "leader-cache-ttl", Env: []string{"FENCEFS_MOUNT_LEADER_CACHE_TTL"}, Default: "15m", Group: GroupMount, kind: kindDuration,
+		Usage: "while the mount is the active leader, how long what it fetched stays trusted (metadata, listings, the kernel's entries and attributes): no other fencefs writer can change the bucket meanwhile; not above meta_ttl = no extra trust"},
 	{Key: "mount.allow_other", Option: "allow_other", Flag: "allow-other", Env: []string{"FENCEFS_MOUNT_ALLOW_OTHER"}, Default: "false", Group: GroupMount, kind: kindBool,
 		Usage: "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root); turns on default_permissions"},
 	{Key: "mount.default_permissions", Option: "default_permissions", Flag: "default-permissions", Env: []string{"FENCEFS_MOUNT_DEFAULT_PERMISSIONS"}, Default: "false", Group: GroupMount, kind: kindBool,

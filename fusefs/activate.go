@@ -25,6 +25,7 @@ import (
 
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // noteStatus is called with the Guard's status before mutations, after a
@@ -35,9 +36,14 @@ import (
 func (fsys *filesystem) noteStatus(st fencing.Status) {
 	newLead := st.State == fencing.StateActive && st.Token != 0 && raise(&fsys.ledToken, st.Token)
 	newLeader := st.State == fencing.StateFenced && raise(&fsys.fencedToken, st.Token)
+	if st.State != fencing.StateActive || st.Token != fsys.ledToken.Load() {
+		fsys.leadingSince.Store(0)
+	}
 	switch {
 	case newLead:
+		fsys.leadingSince.Store(0)
 		files, dirs := fsys.forgetCached()
+		fsys.leadingSince.Store(time.Now().UnixNano())
 		fsys.metrics.activations.Inc()
 		fsys.log.Info("mount is the leader: dropped every version cached before",
 			"token", st.Token, "files", files, "dirs", dirs)
@@ -111,4 +117,79 @@ func (fsys *filesystem) forgetCached() (files, dirs int) {
 		}
 	}()
 	return files, dirs
+}
+
+// leading returns when the mount became the leader it still is (zero when
+// it is not the active leader, or does not know of a token to lead with).
+// While leading, nothing but clients outside fencefs can change the fence
+// domain, so what the mount fetched since then is trusted for
+// Options.LeaderCacheTTL instead of MetaCacheTTL, and the kernel is told
+// the same (leaderTimeouts).
+func (fsys *filesystem) leading() time.Time {
+	if fsys.opts.LeaderCacheTTL <= fsys.opts.MetaCacheTTL {
+		return time.Time{}
+	}
+	return fsys.leaderSince()
+}
+
+// leaderSince is when the mount became the active leader it still is, zero
+// when it is not.
+func (fsys *filesystem) leaderSince() time.Time {
+	if fsys.guard == nil {
+		return time.Time{}
+	}
+	since := fsys.leadingSince.Load()
+	if since == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, since)
+}
+
+// fresh reports whether a version fetched at fetched may still be used:
+// younger than MetaCacheTTL, or fetched while leading and younger than
+// LeaderCacheTTL.
+func (fsys *filesystem) fresh(fetched time.Time) bool {
+	age := time.Since(fetched)
+	if age < fsys.opts.MetaCacheTTL {
+		return true
+	}
+	lead := fsys.leading()
+	return !lead.IsZero() && !fetched.Before(lead) && age < fsys.opts.LeaderCacheTTL
+}
+
+// leaderTimeouts sets the kernel's entry and attribute timeouts of a reply
+// to LeaderCacheTTL while leading (the defaults, EntryTTL and AttrTTL,
+// otherwise). The notifications of forgetCached take them back when the
+// mount stops leading.
+func (fsys *filesystem) leaderEntryTimeout(out *fuse.EntryOut) {
+	if !fsys.leading().IsZero() {
+		out.SetEntryTimeout(fsys.opts.LeaderCacheTTL)
+		out.SetAttrTimeout(fsys.opts.LeaderCacheTTL)
+	}
+}
+
+func (fsys *filesystem) leaderAttrTimeout(out *fuse.AttrOut) {
+	if !fsys.leading().IsZero() {
+		out.SetTimeout(fsys.opts.LeaderCacheTTL)
+	}
+}
+
+// watchStatus passes the Guard's status to noteStatus every interval until
+// the mount goes away, so that a fencing the Guard learns by itself (its
+// background register reads) ends the leader's trust without waiting for a
+// mutation.
+func (fsys *filesystem) watchStatus(interval time.Duration) {
+	if fsys.guard == nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-fsys.ctx.Done():
+			return
+		case <-t.C:
+			fsys.noteStatus(fsys.guard.Status())
+		}
+	}
 }

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -22,7 +20,8 @@ import (
 type dirNode struct {
 	fs.Inode
 	nodeBase
-	names dirNames // what the last listing showed, for lookups of absent names
+	names dirNames   // what the last listing showed, for lookups of absent names
+	pre   prefetcher // HEADs of listed objects ahead of their lookups (prefetch.go)
 	// emptied records that this mount removed an entry from the directory
 	// or moved one out of it. An implicit directory (no marker) whose last
 	// object went that way no longer exists in the bucket; it stays visible
@@ -43,6 +42,7 @@ func (d *dirNode) noteRemoval() {
 	d.emptied = true
 	d.changed = time.Now()
 	d.mu.Unlock()
+	d.names.removed()
 }
 
 // heldChild returns the child directory name when this mount removed
@@ -143,12 +143,16 @@ func fillEntry(ino *fs.Inode, out *fuse.EntryOut) {
 	switch n := ino.Operations().(type) {
 	case *fileNode:
 		n.fillAttr(&out.Attr)
+		n.fsys.leaderEntryTimeout(out)
 	case *dirNode:
 		n.fillAttr(&out.Attr)
+		n.fsys.leaderEntryTimeout(out)
 	case *symlinkNode:
 		n.fillAttr(&out.Attr)
+		n.fsys.leaderEntryTimeout(out)
 	case *specialNode:
 		n.fillAttr(&out.Attr)
+		n.fsys.leaderEntryTimeout(out)
 	}
 }
 
@@ -203,6 +207,12 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		d.fsys.metrics.negativeHits.Inc()
 		return nil, syscall.ENOENT
 	}
+	if r, ok := d.prefetched(ctx, name); ok {
+		d.fsys.metrics.prefetchHits.Inc()
+		ch := d.childNode(ctx, name, r)
+		fillEntry(ch, out)
+		return ch, 0
+	}
 	r, err := d.fsys.resolve(ctx, key)
 	if errors.Is(err, objstore.ErrNotFound) {
 		if ch := d.heldChild(name); ch != nil {
@@ -247,166 +257,11 @@ func (d *dirNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOu
 		}
 	}
 	d.fillAttr(&out.Attr)
+	d.fsys.leaderAttrTimeout(out)
 	return 0
 }
 
 var _ = (fs.NodeReaddirer)((*dirNode)(nil))
-
-// Readdir lists the directory: one LIST with delimiter "/", minus the
-// marker, tombstones, the protocol directory, names the kernel cannot show
-// and prefixes holding nothing visible; plus files this mount created and
-// has not committed yet. A name that is both an object and a prefix is
-// listed once (as the file, as lookup resolves it).
-func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	prefix, err := d.dirKey()
-	if err != nil {
-		return nil, d.fsys.errno("readdir", "", err)
-	}
-	ctx, cancel := d.fsys.opctx(ctx)
-	defer cancel()
-
-	type cand struct {
-		name  string
-		entry objstore.Entry
-	}
-	var objs, dirs []cand
-	listed := time.Now()
-	names := map[string]struct{}{}
-	err = d.fsys.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
-		name, ok := d.fsys.listedName(prefix, e.Key, e.IsPrefix)
-		if !ok {
-			return nil
-		}
-		names[name] = struct{}{}
-		if e.IsPrefix {
-			dirs = append(dirs, cand{name, e})
-		} else {
-			objs = append(objs, cand{name, e})
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, d.fsys.errno("readdir", prefix, err)
-	}
-	d.names.set(listed, names)
-
-	// Decide the uncertain entries (possible tombstones, prefixes that may
-	// hold only tombstones) in parallel.
-	live := make([]bool, len(objs)+len(dirs))
-	errs := make([]error, len(live))
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for i := range live {
-		var e objstore.Entry
-		if i < len(objs) {
-			e = objs[i].entry
-			if e.Size != fencing.TombstoneSize {
-				live[i] = true
-				continue
-			}
-		} else {
-			e = dirs[i-len(objs)].entry
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if e.IsPrefix {
-				if ch := d.GetChild(strings.TrimSuffix(strings.TrimPrefix(e.Key, prefix), "/")); ch != nil {
-					if dn, ok := ch.Operations().(*dirNode); ok {
-						dn.mu.Lock()
-						hasMarker := dn.info.ETag != ""
-						dn.mu.Unlock()
-						if hasMarker {
-							live[i] = true
-							return
-						}
-					}
-				}
-				ok, err := d.fsys.hasLive(ctx, e.Key)
-				if err == nil && !ok {
-					// A marker alone keeps a directory.
-					info, serr := d.fsys.store.Stat(ctx, e.Key)
-					ok = serr == nil && !fencing.IsTombstone(info)
-					if serr != nil && !errors.Is(serr, objstore.ErrNotFound) {
-						err = serr
-					}
-				}
-				live[i], errs[i] = ok, err
-				return
-			}
-			live[i], errs[i] = d.fsys.notTombstone(ctx, e)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, d.fsys.errno("readdir", prefix, err)
-	}
-
-	children := d.Children()
-	seen := map[string]bool{}
-	var out []fuse.DirEntry
-	add := func(name string, mode uint32) {
-		if seen[name] {
-			return
-		}
-		seen[name] = true
-		de := fuse.DirEntry{Name: name, Mode: mode}
-		if ch := children[name]; ch != nil && (mode == 0 || ch.StableAttr().Mode == mode) {
-			de.Ino = ch.StableAttr().Ino
-			de.Mode = ch.StableAttr().Mode
-		}
-		out = append(out, de)
-	}
-	for i, c := range objs {
-		if !live[i] {
-			continue
-		}
-		add(c.name, guessMode(c.entry.Size))
-	}
-	for i, c := range dirs {
-		if live[len(objs)+i] {
-			add(c.name, syscall.S_IFDIR)
-		}
-	}
-	for name, ch := range children {
-		switch n := ch.Operations().(type) {
-		case *fileNode:
-			n.mu.Lock()
-			local := n.pending && !n.unlinked
-			n.mu.Unlock()
-			if local {
-				add(name, syscall.S_IFREG)
-			}
-		case *dirNode:
-			n.mu.Lock()
-			held := n.emptied
-			n.mu.Unlock()
-			if held {
-				add(name, syscall.S_IFDIR)
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	dots := []fuse.DirEntry{{Name: ".", Mode: syscall.S_IFDIR, Ino: d.StableAttr().Ino}}
-	if _, p := d.Parent(); p != nil {
-		dots = append(dots, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: p.StableAttr().Ino})
-	} else {
-		dots = append(dots, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
-	}
-	return fs.NewListDirStream(append(dots, out...)), 0
-}
-
-// guessMode is the d_type of a listed object before its metadata is known:
-// a symlink's body is its target (1..4095 bytes), so any other size is a
-// regular file; in between it is unknown (0, DT_UNKNOWN) and readers stat.
-func guessMode(size int64) uint32 {
-	if size == 0 || size > maxSymlinkTarget {
-		return syscall.S_IFREG
-	}
-	return 0
-}
 
 // validName reports whether a listed name can be shown by the kernel.
 func validName(name string) bool {
@@ -418,8 +273,9 @@ var _ = (fs.NodeCreater)((*dirNode)(nil))
 
 // Create creates a regular file. The object is written when the file is
 // first flushed (so create-write-close is one PUT), conditioned on the key
-// being absent; with O_EXCL the empty object is created at once so that
-// exclusivity holds across mounts (EEXIST otherwise).
+// being absent; with O_EXCL on a mount that is not the active leader the
+// empty object is created at once so that exclusivity holds across mounts
+// (EEXIST otherwise).
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	key, err := d.writableChild(name)
 	if err != nil {
@@ -430,7 +286,13 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	n := newFileNode(d.fsys, objstore.ObjectInfo{})
 	a := newAttr(ctx, kindFile, mode)
 	n.attr = a
-	if flags&syscall.O_EXCL != 0 {
+	if flags&syscall.O_EXCL != 0 && d.fsys.leaderSince().IsZero() {
+		// Exclusive across mounts: the empty object now. A leader
+		// needs no such object: no other fencefs writer can create the
+		// name until it is fenced, the kernel found the name absent,
+		// and the commit at close is conditioned on its absence (a
+		// client outside fencefs creating it meanwhile makes that
+		// close fail).
 		meta := encodeAttr(a, nil)
 		info, err := d.fsys.createEmpty(ctx, key, meta)
 		if err != nil {

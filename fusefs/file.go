@@ -154,6 +154,7 @@ func (n *fileNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrO
 		return n.fsys.errno("getattr", k, err)
 	}
 	n.fillAttr(&out.Attr)
+	n.fsys.leaderAttrTimeout(out)
 	return 0
 }
 

@@ -55,6 +55,9 @@ type filesystem struct {
 	ledToken atomic.Uint64
 	// fencedToken is the newest token this mount has seen fenced.
 	fencedToken atomic.Uint64
+	// leadingSince is when the mount became the active leader it still is
+	// (Unix nanoseconds), 0 while it is not (activate.go).
+	leadingSince atomic.Int64
 	// mntID is the kernel's id of the mount (flush.go); 0 if unknown.
 	mntID atomic.Int64
 

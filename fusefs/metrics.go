@@ -23,9 +23,10 @@ type metrics struct {
 	// readRebases counts reads that moved to the object's current version
 	// instead of failing ESTALE (replace.go); activations counts the times
 	// this mount became the leader and forgot what it had cached (activate.go).
-	readRebases prometheus.Counter
-	activations prometheus.Counter
-	collectors  []prometheus.Collector
+	readRebases  prometheus.Counter
+	activations  prometheus.Counter
+	prefetchHits prometheus.Counter
+	collectors   []prometheus.Collector
 }
 
 func newMetrics(fsys *filesystem) *metrics {
@@ -51,8 +52,13 @@ func newMetrics(fsys *filesystem) *metrics {
 		Namespace: "fencefs", Subsystem: "fuse", Name: "activations_total",
 		Help: "Times this mount became the active leader (a token bound) and dropped the versions it had cached before.",
 	})
+	m.prefetchHits = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fencefs", Subsystem: "fuse", Name: "prefetch_hits_total",
+		Help: "Lookups answered by a HEAD a directory listing started ahead of them.",
+	})
 	m.collectors = []prometheus.Collector{
 		m.errs,
+		m.prefetchHits,
 		m.readRebases,
 		m.activations,
 		m.streamed,

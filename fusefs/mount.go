@@ -91,6 +91,8 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	}
 	raiseKernelReadahead(mountpoint, kernelReadaheadKB, fsys.log)
 	fsys.mntID.Store(int64(mountID(mountpoint)))
+	fsys.noteStatus(fsys.status())
+	go fsys.watchStatus(time.Second)
 	m := &FS{fsys: fsys, server: server, mountpoint: mountpoint}
 	// Once the kernel mount exists it may already be in use: it is
 	// returned even if ctx ended meanwhile, and the caller stops it the

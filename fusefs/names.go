@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // maxKnownNames is the largest directory whose listing is kept to answer
@@ -42,6 +43,37 @@ type dirNames struct {
 	// file was first committed) may lack the name.
 	own map[string]struct{} // GUARDED_BY(mu)
 	big bool                // GUARDED_BY(mu): too many names to keep
+	// ents is the last listing's result (objects and prefixes found live,
+	// before this mount's own entries are merged in), listed when it
+	// finished at entsAt; dropped by any change of the directory through
+	// this mount. Readdir reuses it while filesystem.fresh(entsAt).
+	ents   []fuse.DirEntry // GUARDED_BY(mu)
+	entsAt time.Time       // GUARDED_BY(mu)
+}
+
+// setEntries records a finished listing's entries.
+func (k *dirNames) setEntries(ents []fuse.DirEntry) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.ents, k.entsAt = ents, time.Now()
+}
+
+// entries returns the last listing's entries if fresh is true of when it
+// finished.
+func (k *dirNames) entries(fresh func(time.Time) bool) ([]fuse.DirEntry, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ents == nil || !fresh(k.entsAt) {
+		return nil, false
+	}
+	return k.ents, true
+}
+
+// removed records that an entry left the directory through this mount.
+func (k *dirNames) removed() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.ents = nil
 }
 
 // set records a listing started at at.
@@ -62,7 +94,7 @@ func (k *dirNames) set(at time.Time, names map[string]struct{}) {
 func (k *dirNames) forget() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.at, k.names, k.own, k.big = time.Time{}, nil, nil, false
+	k.at, k.names, k.own, k.big, k.ents = time.Time{}, nil, nil, false, nil
 }
 
 // add records a name this mount created (a file, directory, symlink or a
@@ -71,6 +103,7 @@ func (k *dirNames) forget() {
 func (k *dirNames) add(name string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.ents = nil
 	if k.big || k.at.IsZero() {
 		return
 	}

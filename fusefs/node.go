@@ -65,10 +65,11 @@ func (b *nodeBase) setInfoLocked(info objstore.ObjectInfo) {
 	b.fetched = time.Now()
 }
 
-// stale reports whether the cached version is older than MetaCacheTTL.
+// stale reports whether the cached version is older than MetaCacheTTL
+// (LeaderCacheTTL for one fetched while leading: see filesystem.fresh).
 // LOCKS_REQUIRED(b.mu)
 func (b *nodeBase) staleLocked() bool {
-	return time.Since(b.fetched) >= b.fsys.opts.MetaCacheTTL
+	return !b.fsys.fresh(b.fetched)
 }
 
 // key returns the object key of the node (directories: the marker key, with

@@ -130,14 +130,19 @@ var activeCases = []opCase{
 		check: func(c *opCtx) { c.wantObject("f", "old") },
 	},
 	{
-		name: "O_EXCL create stores the empty object before close",
+		// The leader needs no empty object for exclusivity (no other
+		// fencefs writer can create the name): one PUT, at close.
+		name: "O_EXCL create on the leader stores the file at close, and a second O_EXCL create is EEXIST",
 		op: func(c *opCtx) error {
 			fd, err := syscall.Open(c.path("f"), os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_CLOEXEC, 0o600)
 			if err != nil {
 				return err
 			}
 			defer syscall.Close(fd)
-			c.wantObject("f", "")
+			c.wantNoObject(c.key("f"))
+			if _, err := syscall.Open(c.path("f"), os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_CLOEXEC, 0o600); err != syscall.EEXIST {
+				c.Fatalf("second O_EXCL create: %v, want EEXIST", err)
+			}
 			_, err = syscall.Write(fd, []byte("x"))
 			return err
 		},

@@ -66,6 +66,12 @@ type Options struct {
 	// how long the filesystem trusts object metadata it fetched before
 	// asking the store again. Zero means no caching.
 	AttrTTL, EntryTTL, MetaCacheTTL time.Duration
+	// LeaderCacheTTL is how long what the mount fetched while it is the
+	// active leader stays trusted (metadata, listings, and the kernel's
+	// entries and attributes): no other fencefs writer can change the fence
+	// domain meanwhile, only clients outside fencefs. Not above
+	// MetaCacheTTL means no extra trust. Negative entries keep EntryTTL.
+	LeaderCacheTTL time.Duration
 
 	// ReadOnly refuses every mutation with EROFS (including token binding).
 	ReadOnly bool
@@ -90,6 +96,9 @@ type Options struct {
 	// UploadConcurrency is how many parts of files being written are
 	// uploaded at once, over all files (default 4).
 	UploadConcurrency int
+	// PrefetchConcurrency is how many HEADs of listed objects one
+	// directory listing runs at once ahead of their lookups (default 16).
+	PrefetchConcurrency int
 	// HonorInterrupts lets a signal to the calling process cancel its
 	// read-only requests (lookup, read, readdir…), which then fail with
 	// EINTR. Mutations (close, fsync, mkdir, rename…) are never abandoned:
@@ -128,6 +137,9 @@ func (o *Options) normalize() error {
 	}
 	if o.FileMode&^os.ModePerm != 0 || o.DirMode&^os.ModePerm != 0 {
 		return fmt.Errorf("fusefs: FileMode/DirMode must be permission bits only")
+	}
+	if o.PrefetchConcurrency <= 0 {
+		o.PrefetchConcurrency = 16
 	}
 	if o.UploadConcurrency <= 0 {
 		o.UploadConcurrency = 4

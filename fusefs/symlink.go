@@ -68,6 +68,7 @@ func (n *symlinkNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.At
 		}
 	}
 	n.fillAttr(&out.Attr)
+	n.fsys.leaderAttrTimeout(out)
 	return 0
 }
 

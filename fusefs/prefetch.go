@@ -1,0 +1,187 @@
+package fusefs
+
+// Attributes ahead of the stat calls that follow a listing.
+//
+// `ls -l`, `find`, `du` and file managers list a directory and then stat
+// every entry, one at a time, in the order they choose. A listing carries
+// each object's ETag, size and date but not its metadata (mode, owner,
+// times, symlink or file), so each stat would be a HEAD in turn. Instead a
+// listing:
+//
+//   - confirms the cached version of every child whose ETag, size and
+//     date match what it lists (a metadata change through fencefs is a
+//     copy, which changes the date): the child is fresh again, no HEAD;
+//   - starts HEADs of the other listed objects in the background, in the
+//     listing's order, at most Options.PrefetchConcurrency at a time; a
+//     lookup of such a name waits for its HEAD if it is in flight, or takes
+//     the name's turn if it has not started.
+//
+// A prefetched result answers a lookup for as long as a node's own HEAD
+// would (MetaCacheTTL, counted from when it arrived; see filesystem.fresh), and
+// is dropped once used or when the next listing starts. Only objects are
+// prefetched (not prefixes), at most maxPrefetch per listing.
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
+	"golang.org/x/sync/errgroup"
+)
+
+// maxPrefetch bounds the HEADs one listing starts (and the results kept).
+const maxPrefetch = 100_000
+
+// prefetch is one listed name's HEAD. Its fields are set once, before done
+// is closed.
+type prefetch struct {
+	done chan struct{}
+	r    resolved
+	err  error
+	at   time.Time // when the HEAD returned
+}
+
+// prefetcher holds a directory's prefetches.
+type prefetcher struct {
+	mu sync.Mutex
+	// GUARDED_BY(mu): by name. An entry whose done is open is queued or
+	// in flight; claimed marks a queued one a lookup took over.
+	byName  map[string]*prefetch
+	claimed map[string]bool
+	cancel  context.CancelFunc // stops the current round
+}
+
+// start replaces the directory's prefetches with HEADs of keys (name →
+// key, in order), run in the background.
+func (d *dirNode) startPrefetch(names, keys []string) {
+	p := &d.pre
+	p.mu.Lock()
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.byName, p.claimed, p.cancel = nil, nil, nil
+	if len(names) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	if len(names) > maxPrefetch {
+		names, keys = names[:maxPrefetch], keys[:maxPrefetch]
+	}
+	ctx, cancel := context.WithCancel(d.fsys.ctx)
+	byName := make(map[string]*prefetch, len(names))
+	pfs := make([]*prefetch, len(names)) // the goroutine's own view: byName changes under p.mu
+	for i, n := range names {
+		pfs[i] = &prefetch{done: make(chan struct{})}
+		byName[n] = pfs[i]
+	}
+	p.byName, p.claimed, p.cancel = byName, map[string]bool{}, cancel
+	p.mu.Unlock()
+
+	go func() {
+		defer cancel()
+		var g errgroup.Group
+		g.SetLimit(d.fsys.opts.PrefetchConcurrency)
+		for i, name := range names {
+			pf, key := pfs[i], keys[i]
+			if ctx.Err() != nil {
+				break
+			}
+			p.mu.Lock()
+			taken := p.claimed[name]
+			p.claimed[name] = true
+			p.mu.Unlock()
+			if taken {
+				continue // a lookup does it
+			}
+			g.Go(func() error {
+				info, err := d.fsys.store.Stat(ctx, key)
+				pf.finish(key, info, err)
+				return nil
+			})
+		}
+		_ = g.Wait()
+	}()
+}
+
+func (pf *prefetch) finish(key string, info objstore.ObjectInfo, err error) {
+	switch {
+	case err != nil:
+		pf.err = err
+	case fencing.IsTombstone(info):
+		pf.err = objstore.ErrNotFound
+	default:
+		pf.r = resolved{kind: kindOf(key, info.Meta), info: info}
+	}
+	pf.at = time.Now()
+	close(pf.done)
+}
+
+// prefetched returns the prefetched version of name, waiting for its HEAD
+// when it is in flight. ok is false when there is none to use (no
+// prefetch, not started, failed, a directory, or stale): the caller
+// resolves the name itself.
+func (d *dirNode) prefetched(ctx context.Context, name string) (resolved, bool) {
+	p := &d.pre
+	p.mu.Lock()
+	pf := p.byName[name]
+	if pf == nil {
+		p.mu.Unlock()
+		return resolved{}, false
+	}
+	if !p.claimed[name] {
+		p.claimed[name] = true // not started: the lookup's own HEAD is as fast
+		delete(p.byName, name)
+		p.mu.Unlock()
+		return resolved{}, false
+	}
+	p.mu.Unlock()
+	select {
+	case <-pf.done:
+	case <-ctx.Done():
+		return resolved{}, false
+	}
+	p.mu.Lock()
+	if p.byName[name] == pf {
+		delete(p.byName, name)
+	}
+	p.mu.Unlock()
+	if pf.err != nil || pf.r.kind == kindDir || !d.fsys.fresh(pf.at) {
+		return resolved{}, false
+	}
+	return pf.r, true
+}
+
+// listedUnchanged reports whether a listed object is the version info
+// describes: same ETag and size, and the same date to the second (HEAD
+// dates have no sub-second part).
+func listedUnchanged(e objstore.Entry, info objstore.ObjectInfo) bool {
+	return info.ETag != "" && objstore.NormalizeETag(e.ETag) == objstore.NormalizeETag(info.ETag) &&
+		e.Size == info.Size && e.LastModified.Unix() == info.LastModified.Unix()
+}
+
+// confirmListed marks the child at name fresh when the listing shows the
+// version it holds, and reports whether it did.
+func (d *dirNode) confirmListed(name string, e objstore.Entry) bool {
+	ch := d.GetChild(name)
+	if ch == nil {
+		return false
+	}
+	var b *nodeBase
+	switch n := ch.Operations().(type) {
+	case *fileNode:
+		b = &n.nodeBase
+	case *symlinkNode:
+		b = &n.nodeBase
+	default:
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !listedUnchanged(e, b.info) {
+		return false
+	}
+	b.fetched = time.Now()
+	return true
+}
