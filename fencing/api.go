@@ -5,7 +5,6 @@ package fencing
 
 import (
 	"errors"
-	"io"
 	"log/slog"
 	"time"
 
@@ -86,6 +85,10 @@ type Config struct {
 	// write (intent, intent deletion), and is the retry deadline of one
 	// mutation (see "Retries" in the package documentation); 0 means 30s.
 	OpTimeout time.Duration
+	// SpoolDir is where a takeover sweep or a Copy keeps an object larger
+	// than 16 MiB that it must read to upload it again (fencefs:
+	// mount.cache_dir; created if missing); "" means os.TempDir().
+	SpoolDir string
 	// Hooks are failpoints, for tests (and for the binary, through
 	// FailpointsFromEnv). The zero value does nothing.
 	Hooks Hooks
@@ -192,20 +195,3 @@ const TombstoneSize = tombstoneSize
 // ProtocolDir is the name of the hidden directory under the domain holding
 // the protocol objects; filesystems must hide it.
 const ProtocolDir = ".fencefs"
-
-// The Guard type and its methods are in guard.go, bind.go and mutate.go:
-//
-//	New(store, cfg) (*Guard, error)
-//	(*Guard).Bind(ctx, token uint64) (uint64, error)   token 0 = auto (max+1)
-//	(*Guard).Status() Status
-//	(*Guard).Refresh(ctx) error                        re-read the register now
-//	(*Guard).Prepare(key string)                       hint: a handle on key became dirty
-//	(*Guard).PrepareBase(key string, base Version)     same, knowing the base (preferred)
-//	(*Guard).Put(ctx, key, body io.ReaderAt, size int64, base Version, meta Meta) (objstore.ObjectInfo, error)
-//	(*Guard).Copy(ctx, src string, srcETag string, dst string, dstBase Version, meta Meta) (objstore.ObjectInfo, error)
-//	(*Guard).Delete(ctx, key string, base Version) error
-//	(*Guard).Close(ctx) error                          flush async intent deletions
-//
-// and, without a Guard: ReadRegister, Raise, GC, FailpointsFromEnv.
-// Without a bound token, mutations fail with ErrReadOnly (unless Mode is off).
-var _ io.ReaderAt

@@ -154,7 +154,6 @@ func (g *Guard) undrain() {
 // claimExplicit reserves token and raises the register to it.
 func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (uint64, error) {
 	reserved := false
-	var lastErr error
 	for attempt := 0; attempt < maxBindAttempts; attempt++ {
 		reg, etag, exists, err := g.readRegister(ctx)
 		if err != nil {
@@ -187,12 +186,11 @@ func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (
 			return 0, err
 		}
 		// Lost the race or lost the response: re-read and re-decide.
-		lastErr = nil
 		if berr := backoff(ctx, min(attempt, 3)); berr != nil {
 			return 0, berr
 		}
 	}
-	return 0, unverifiedErr("could not raise the register to %d after %d attempts (last error: %v)", token, maxBindAttempts, lastErr)
+	return 0, unverifiedErr("could not raise the register to %d after %d attempts", token, maxBindAttempts)
 }
 
 // claimAuto has the register issue a token above every epoch seen.
@@ -212,7 +210,7 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 			// number.
 			m, err := maxReservation(ctx, g.store, g.lay)
 			if err != nil {
-				return 0, unverifiedErr("listing epoch reservations: %v", err)
+				return 0, unverifiedErr("listing epoch reservations: %w", err)
 			}
 			maxRes, listed = max(maxRes, m), true
 		}
@@ -279,14 +277,14 @@ func (g *Guard) reserve(ctx context.Context, n uint64, claim string) error {
 	if errors.Is(err, objstore.ErrPrecondition) {
 		existing, rerr := readReservation(ctx, g.store, key)
 		if rerr != nil {
-			return unverifiedErr("reading the reservation of epoch %d: %v", n, rerr)
+			return unverifiedErr("reading the reservation of epoch %d: %w", n, rerr)
 		}
 		if _, refuse := reservationOurs(existing, g.holder, claim); refuse != nil {
 			return refuse
 		}
 		return nil
 	}
-	return unverifiedErr("reserving epoch %d: %v", n, err)
+	return unverifiedErr("reserving epoch %d: %w", n, err)
 }
 
 func readReservation(ctx context.Context, store objstore.Store, key string) (reservation, error) {
@@ -330,7 +328,7 @@ func (g *Guard) casRegister(ctx context.Context, prev Register, etag string, exi
 	case ctx.Err() != nil:
 		return false, err
 	}
-	return false, unverifiedErr("raising the register to %d: %v", n, err)
+	return false, unverifiedErr("raising the register to %d: %w", n, err)
 }
 
 // maxReservation returns the highest reserved epoch (0 if none).

@@ -156,7 +156,7 @@ func watchRegister(ctx context.Context, store objstore.Store, stop <-chan struct
 				return
 			default:
 			}
-			reg, _, exists, err := readRegisterObj(ctx, store, lay)
+			reg, _, exists, err := objects{store: store, lay: lay}.readRegister(ctx)
 			if err == nil && exists {
 				if reg.Epoch < last {
 					out <- fmt.Sprintf("register went from %d down to %d", last, reg.Epoch)

@@ -206,7 +206,7 @@ func TestRecordIsCappedToFitMetadata(t *testing.T) {
 func TestChooseShapeAvoidsRecordedETags(t *testing.T) {
 	z := objstore.Sizing{}.Normalize()
 	small := []byte("hello, fencing")
-	body := memBody{bytesReader(small)}
+	body := bytesReader(small)
 	size := int64(len(small))
 	plain, _ := objstore.ETagOf(body, size, nil)
 	one, _ := objstore.ETagOf(body, size, []int64{size})

@@ -66,7 +66,7 @@
 //  1. if the Guard knows of a newer epoch: ErrFenced, no round trip;
 //  2. the intent: the binding's journal names the key and base (written
 //     once per key and base; concurrent writes share one journal write;
-//     early with Prepare/PrepareBase; several coming mutations at once with
+//     early with PrepareBase; several coming mutations at once with
 //     Reserve, as a rename does). The journal write carries If-Match
 //     on the ETag of the Guard's previous write;
 //  3. validation: that journal write succeeding is the validation (see
@@ -112,7 +112,7 @@
 //     writer of a newer epoch is active, whatever the pauses (GC, SIGSTOP,
 //     VM freeze, partitions) between any two steps. Cost: one journal write
 //     (a conditional PUT) before a commit, shared by concurrent commits and
-//     overlappable with the application's writes via Prepare. Requires strongly consistent
+//     overlappable with the application's writes via PrepareBase. Requires strongly consistent
 //     LIST and atomic conditional PUT/Complete (checked by the probe).
 //   - fast: no intents: validate, then conditional commit (two round trips).
 //     A writer paused between a validation and its commit can still land

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/fencefs/fencefs/internal/ctxsleep"
 )
 
 // Hooks are failpoints: functions Guard calls at the protocol's critical
@@ -87,16 +89,7 @@ func ParseFailpoints(spec string) (Hooks, error) {
 			if err != nil {
 				return Hooks{}, fmt.Errorf("failpoint %q: %v", item, err)
 			}
-			wait = func(ctx context.Context, _ string) error {
-				t := time.NewTimer(d)
-				defer t.Stop()
-				select {
-				case <-t.C:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
+			wait = func(ctx context.Context, _ string) error { return ctxsleep.Sleep(ctx, d) }
 		case "fail":
 			if point != "before-sweep-key" {
 				return Hooks{}, fmt.Errorf("failpoint %q: fail applies to before-sweep-key only", item)

@@ -32,7 +32,7 @@ func ReadRegister(ctx context.Context, store objstore.Store, domain string) (Reg
 	if len(all) > 10 {
 		all = all[len(all)-10:]
 	}
-	reg, _, exists, err := readRegisterObj(ctx, store, lay)
+	reg, _, exists, err := objects{store: store, lay: lay}.readRegister(ctx)
 	if err != nil {
 		return Register{}, all, err
 	}

@@ -36,16 +36,13 @@ const (
 // orders its own rounds).
 type Guard struct {
 	// Dependencies and configuration: constant after New.
-	store  objstore.Store
-	cfg    Config
-	lay    layout
-	sizing objstore.Sizing
-	log    *slog.Logger
-	met    *metrics
-	holder string
-	bg     context.Context // cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // background goroutines (Prepare, intent deletion)
+	objects // the store, the key layout, the clock, the holder id
+	cfg     Config
+	log     *slog.Logger
+	met     *metrics
+	bg      context.Context // cancelled by Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // background goroutines (PrepareBase, intent deletion)
 
 	bindMu sync.Mutex // serialises Bind
 
@@ -141,13 +138,11 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	g := &Guard{
-		store:   store,
+		objects: objects{store: store, lay: newLayout(cfg.Domain), sizing: objstore.SizingOf(store),
+			now: cfg.Now, holder: holder, spoolDir: cfg.SpoolDir},
 		cfg:     cfg,
-		lay:     newLayout(cfg.Domain),
-		sizing:  objstore.SizingOf(store),
 		log:     cfg.Logger.With("component", "fencing"),
 		met:     newMetrics(cfg.Registerer),
-		holder:  holder,
 		bg:      bg,
 		cancel:  cancel,
 		state:   StateUnbound,
@@ -254,7 +249,7 @@ func (g *Guard) begin(ctx context.Context, op, key string) (tokenState, error) {
 			g.met.refused(op)
 			return tokenState{}, fencedErr(op, key, g.reason)
 		case g.state == StateSweeping && g.sweepErr != nil && !g.binding:
-			return tokenState{}, unverifiedErr("the takeover sweep of epoch %d failed (%v); bind again to retry", g.token, g.sweepErr)
+			return tokenState{}, unverifiedErr("the takeover sweep of epoch %d failed (%w); bind again to retry", g.token, g.sweepErr)
 		case g.binding || g.state == StateSweeping || g.reaping[key]:
 			ch := g.changed
 			g.mu.Unlock()
@@ -339,15 +334,15 @@ func staleErr(op, key, reason string) error {
 	return &fenceError{sentinel: ErrStale, msg: fmt.Sprintf("stale: %s %s: %s", op, key, reason)}
 }
 
-// unverifiedErr builds an ErrUnverified; the last error among args (if
-// any) is kept as the cause, so errors.Is still sees storage sentinels and
-// context errors.
+// unverifiedErr builds an ErrUnverified with the message fmt.Errorf(format,
+// args...) gives; the errors the format wraps with %w are kept as causes,
+// so errors.Is also sees storage sentinels and context errors through it.
 func unverifiedErr(format string, args ...any) error {
-	e := &fenceError{sentinel: ErrUnverified, msg: "cannot verify the epoch: " + fmt.Sprintf(format, args...)}
-	for _, a := range args {
-		if err, ok := a.(error); ok {
-			e.cause = err
-		}
+	w := fmt.Errorf(format, args...)
+	e := &fenceError{sentinel: ErrUnverified, msg: "cannot verify the epoch: " + w.Error()}
+	switch w.(type) {
+	case interface{ Unwrap() error }, interface{ Unwrap() []error }:
+		e.cause = w
 	}
 	return e
 }
@@ -401,32 +396,6 @@ func (g *Guard) noteRegister(reg Register, etag string) {
 			g.met.setTokens(g.token, g.reg.Epoch)
 		}
 	}
-}
-
-// readRegister reads the whole register. exists=false when there is none.
-// Errors wrap ErrUnverified.
-func (g *Guard) readRegister(ctx context.Context) (Register, string, bool, error) {
-	return readRegisterObj(ctx, g.store, g.lay)
-}
-
-func readRegisterObj(ctx context.Context, store objstore.Store, lay layout) (Register, string, bool, error) {
-	rc, info, err := store.Get(ctx, lay.register(), objstore.GetOptions{})
-	if errors.Is(err, objstore.ErrNotFound) {
-		return Register{}, "", false, nil
-	}
-	if err != nil {
-		return Register{}, "", false, unverifiedErr("reading the register %s: %v", lay.register(), err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
-	if err != nil {
-		return Register{}, "", false, unverifiedErr("reading the register %s: %v", lay.register(), err)
-	}
-	reg, err := decodeRegister(b)
-	if err != nil {
-		return Register{}, "", false, err
-	}
-	return reg, objstore.NormalizeETag(info.ETag), true, nil
 }
 
 // valResult is what one validation round (a register GET shared by every
@@ -488,12 +457,12 @@ func (g *Guard) runRound(*batchRun[valResult]) valResult {
 	case errors.Is(err, objstore.ErrNotFound):
 		return valResult{err: unverifiedErr("the epoch register %s is missing", g.lay.register())}
 	default:
-		return valResult{err: unverifiedErr("reading the epoch register: %v", err)}
+		return valResult{err: unverifiedErr("reading the epoch register: %w", err)}
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
 	if err != nil {
-		return valResult{err: unverifiedErr("reading the epoch register: %v", err)}
+		return valResult{err: unverifiedErr("reading the epoch register: %w", err)}
 	}
 	reg, err := decodeRegister(b)
 	if err != nil {

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,7 +53,7 @@ func TestPrepareWritesTheIntentBeforeTheCommit(t *testing.T) {
 	c := countPuts(s)
 	old := rawPut(t, ctx, s, "p/old", "v0")
 
-	g.Prepare("p/new")
+	g.PrepareBase("p/new", Version{})
 	g.PrepareBase("p/old", VersionOf(old))
 	waitFor(t, ctx, func() bool { return countIntents(t, ctx, s) == 2 })
 	w := c.get("intent") // one or two journal writes (concurrent ones share)
@@ -67,7 +68,7 @@ func TestPrepareWritesTheIntentBeforeTheCommit(t *testing.T) {
 	}
 	// An overwrite prepared without its base writes the journal once more.
 	_, cur, _ := read(t, ctx, s, "p/old")
-	g.Prepare("p/other")
+	g.PrepareBase("p/other", Version{})
 	waitFor(t, ctx, func() bool { return c.get("intent") == w+1 })
 	other := rawPut(t, ctx, s, "p/other", "x")
 	if _, err := gput(ctx, g, "p/other", "y", VersionOf(other)); err != nil {
@@ -82,7 +83,7 @@ func TestPrepareWritesTheIntentBeforeTheCommit(t *testing.T) {
 	}
 	// Prepare is a no-op on a guard that cannot write.
 	ro := newGuard(t, s, Config{})
-	ro.Prepare("p/x")
+	ro.PrepareBase("p/x", Version{})
 	if err := ro.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -101,12 +102,23 @@ func TestSettledIntentsAreDeletedAndCloseCleansUp(t *testing.T) {
 	}
 	waitFor(t, ctx, func() bool { return countIntents(t, ctx, s) == 0 })
 	// A prepared intent is kept while the handle is dirty, and goes soon
-	// after the commit.
-	g.Prepare("i/p")
-	waitFor(t, ctx, func() bool { return countIntents(t, ctx, s) == 1 })
-	time.Sleep(5 * time.Millisecond) // several lingers: still kept
-	if countIntents(t, ctx, s) != 1 {
-		t.Fatal("a prepared intent was dropped while its handle is dirty")
+	// after the commit. Kept: once a later intent, committed after the
+	// prepared one settled and lingering as long, has left the journal, the
+	// prepared one is still in it.
+	g.PrepareBase("i/p", Version{})
+	waitFor(t, ctx, func() bool { return slices.Equal(intentKeys(t, ctx, s, ""), []string{"i/p"}) })
+	waitFor(t, ctx, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		ki := g.intents["i/p"]
+		return ki == nil || ki.refs == 0 && ki.gen > 0 // PrepareBase settled it (nil: dropped, caught below)
+	})
+	if _, err := gput(ctx, g, "i/q", "x", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, func() bool { return !slices.Contains(intentKeys(t, ctx, s, ""), "i/q") })
+	if got := intentKeys(t, ctx, s, ""); !slices.Equal(got, []string{"i/p"}) {
+		t.Fatalf("the journal names %v after the other intent left; a prepared intent was dropped while its handle is dirty", got)
 	}
 	if _, err := gput(ctx, g, "i/p", "x", Version{}); err != nil {
 		t.Fatal(err)
@@ -391,7 +403,7 @@ func intentKeys(t testing.TB, ctx context.Context, s objstore.Store, domain stri
 	}
 	var keys []string
 	for _, n := range names {
-		doc, _, err := readIntent(ctx, s, n)
+		doc, _, err := objects{store: s}.readIntent(ctx, n)
 		if errors.Is(err, objstore.ErrNotFound) {
 			continue
 		}

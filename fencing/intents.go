@@ -1,11 +1,8 @@
 package fencing
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"sort"
 	"time"
 
 	"github.com/fencefs/fencefs/objstore"
@@ -24,7 +21,7 @@ type keyIntent struct {
 	writtenOnce bool
 	refs        int       // commits using it
 	orphan      bool      // an outcome is unknown: never drop it ourselves
-	keepUntil   time.Time // Prepare keeps it at least until then
+	keepUntil   time.Time // PrepareBase keeps it at least until then
 	gen         int       // bumped whenever refs drops to 0
 	// validated holds the bases named by a successful journal write (itself
 	// the validation, see journal.go): a commit on such a base needs no
@@ -243,16 +240,13 @@ func (g *Guard) liveIntentNames() map[string]bool {
 	return out
 }
 
-// Prepare is a hint that a handle on key became dirty: in strict mode the
-// intent for key is written now, in the background, so that the commit at
-// close does not pay for it. The intent names "absent" as the base, which
-// covers a create; for an overwrite call PrepareBase with the version the
-// handle was opened on (Put rewrites the intent otherwise). Prepare never
-// blocks and never fails; a Put on key waits for the write it started.
-func (g *Guard) Prepare(key string) { g.PrepareBase(key, Version{}) }
-
-// PrepareBase is Prepare for a handle whose commit will be conditioned on
-// base (the version the handle was opened on).
+// PrepareBase is a hint that a handle on key became dirty and will commit
+// conditioned on base (the version the handle was opened on; the zero
+// Version for a create): in strict mode the intent for (key, base) is
+// written now, in the background, so that the commit at close does not pay
+// for it (a commit on another base writes the intent again). PrepareBase
+// never blocks and never fails; a Put on key waits for the write it
+// started.
 func (g *Guard) PrepareBase(key string, base Version) {
 	g.mu.Lock()
 	ok := g.cfg.Mode == ModeStrict && g.state == StateActive && !g.binding && !g.closed && g.checkKey(key) == nil
@@ -295,7 +289,7 @@ type Intent struct {
 // release is called: each of those mutations then finds its intent written
 // and validated, and needs no journal write of its own (a rename's copy to
 // the destination and delete of the source: one write instead of two; a
-// directory rename: one per batch of files). Like Prepare it is a hint:
+// directory rename: one per batch of files). Like PrepareBase it is a hint:
 // it never fails; when it cannot write (another mode, not bound, fenced,
 // storage errors) the mutations write their own intents and meet the
 // error themselves. release must be called exactly once, after the
@@ -328,53 +322,4 @@ func (g *Guard) Reserve(ctx context.Context, intents ...Intent) (release func())
 			g.settle(ki, true) // a reservation commits nothing itself
 		}
 	}
-}
-
-// putDoc writes a JSON protocol document unconditionally (the store retries
-// transient failures).
-func (g *Guard) putDoc(ctx context.Context, key string, doc any) error {
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return err
-	}
-	_, err = g.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{Shape: objstore.ShapePlain, ContentType: "application/json"})
-	return err
-}
-
-// retryTransient runs f once: transient failures are retried by the store
-// within its retry deadline, never again here (see "Retries" in the package
-// documentation). Kept for callers that still wrap their calls in it.
-func retryTransient(_ context.Context, f func() error) error { return f() }
-
-// isTransient reports a transient storage failure that the store already
-// retried within its deadline (it is not retried again here).
-func isTransient(err error) bool {
-	return errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, objstore.ErrConflict)
-}
-
-// backoff sleeps before re-deciding after a lost race (attempt number
-// attempt: jittered exponential, 10 ms to 1 s).
-func backoff(ctx context.Context, attempt int) error {
-	d := 10 * time.Millisecond << min(attempt, 7)
-	if d > time.Second {
-		d = time.Second
-	}
-	d = d/2 + time.Duration(randUint64()%uint64(d/2+1))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"time"
 
@@ -78,7 +77,7 @@ func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
 			Cond: objstore.Condition{IfNoneMatch: true}, Shape: objstore.ShapePlain, ContentType: "application/json"})
 		if errors.Is(err, objstore.ErrPrecondition) || isTransient(err) && objstore.MaybeApplied(err) {
 			// A lost response of our own create (the name is random).
-			cur, curETag, rerr := readIntent(ctx, g.store, jr.name)
+			cur, curETag, rerr := g.readIntent(ctx, jr.name)
 			if rerr == nil && cur.ClaimID == jr.claim && cur.Seq == 0 && cur.Sealed == nil {
 				etag = curETag
 				return nil
@@ -105,7 +104,7 @@ func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
 		}
 	}
 	if err != nil {
-		return unverifiedErr("creating the intent journal %s: %v", jr.name, err)
+		return unverifiedErr("creating the intent journal %s: %w", jr.name, err)
 	}
 	jr.etag = etag
 	g.mu.Lock()
@@ -130,7 +129,7 @@ func (g *Guard) journalDoc(jr *journal, seq uint64, live map[string]map[string]b
 	}
 	doc := intentDoc{Format: FormatVersion, Epoch: jr.epoch, Holder: g.holder, ClaimID: jr.claim,
 		Journal: true, Seq: seq, Written: g.cfg.Now().UTC(), Keys: []intentEntry{}}
-	for _, k := range sortedKeys(boolKeys(keys)) {
+	for _, k := range sortedKeys(keys) {
 		doc.Keys = append(doc.Keys, intentEntry{Key: k, Bases: sortedKeys(keys[k])})
 	}
 	return doc
@@ -245,7 +244,7 @@ func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc in
 		case err == nil:
 			return objstore.NormalizeETag(info.ETag), nil
 		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
-			cur, etag, rerr := readIntent(ctx, g.store, jr.name)
+			cur, etag, rerr := g.readIntent(ctx, jr.name)
 			switch {
 			case errors.Is(rerr, objstore.ErrNotFound):
 				// Only a sweep of a newer binding (or gc after one)
@@ -261,7 +260,7 @@ func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc in
 				g.latchFenced(jr.epoch, jr.claim, reason)
 				return "", fencedErr("intent", jr.name, reason)
 			case rerr != nil:
-				return "", unverifiedErr("reading the intent journal %s after a refused write: %v", jr.name, rerr)
+				return "", unverifiedErr("reading the intent journal %s after a refused write: %w", jr.name, rerr)
 			case cur.Sealed != nil:
 				_, reason := classifyRegister(Register{Epoch: cur.Sealed.Epoch, Holder: cur.Sealed.Holder, ClaimID: cur.Sealed.ClaimID}, jr.epoch, jr.claim)
 				reason += fmt.Sprintf("; it sealed our intent journal (sealed by epoch %d)", cur.Sealed.Epoch)
@@ -283,41 +282,19 @@ func (g *Guard) casJournal(ctx context.Context, jr *journal, prev string, doc in
 			// The store retried already. A write whose response was lost
 			// may have landed: read the journal back once.
 			if objstore.MaybeApplied(err) {
-				if cur, etag, rerr := readIntent(ctx, g.store, jr.name); rerr == nil && cur.Sealed == nil && cur.ClaimID == jr.claim && cur.Seq == doc.Seq {
+				if cur, etag, rerr := g.readIntent(ctx, jr.name); rerr == nil && cur.Sealed == nil && cur.ClaimID == jr.claim && cur.Seq == doc.Seq {
 					return etag, nil
 				}
 			}
-			return "", unverifiedErr("writing the intent journal %s: %v", jr.name, err)
+			return "", unverifiedErr("writing the intent journal %s: %w", jr.name, err)
 		case ctx.Err() != nil:
-			return "", unverifiedErr("writing the intent journal: %v", ctx.Err())
+			return "", unverifiedErr("writing the intent journal: %w", ctx.Err())
 		default:
-			return "", unverifiedErr("writing the intent journal %s: %v", jr.name, err)
+			return "", unverifiedErr("writing the intent journal %s: %w", jr.name, err)
 		}
 	}
 	return "", unverifiedErr("writing the intent journal %s: gave up after 6 attempts", jr.name)
 }
-
-// readIntent reads an intent object (a journal or a sweep's intent) with
-// its ETag.
-func readIntent(ctx context.Context, store objstore.Store, name string) (*intentDoc, string, error) {
-	rc, info, err := store.Get(ctx, name, objstore.GetOptions{})
-	if err != nil {
-		return nil, "", err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxIntentSize))
-	if err != nil {
-		return nil, "", err
-	}
-	var d intentDoc
-	if err := decodeDoc("intent "+name, b, &d, func() int { return d.Format }); err != nil {
-		return nil, "", err
-	}
-	return &d, objstore.NormalizeETag(info.ETag), nil
-}
-
-// maxIntentSize bounds what is read of one intent object.
-const maxIntentSize = 64 << 20
 
 // maxSealAttempts bounds the read-seal loop on one journal after the
 // register was raised (each failed attempt means its writer wrote
@@ -371,12 +348,12 @@ func (g *Guard) sealJournal(ctx context.Context, ts tokenState, name string, doc
 		lastErr = err
 		// Its writer wrote meanwhile (or our seal's outcome is unknown):
 		// read again.
-		doc, etag, err = readIntent(ctx, g.store, name)
+		doc, etag, err = g.readIntent(ctx, name)
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, nil
 		}
 		if err != nil {
-			return nil, unverifiedErr("reading the intent journal %s: %v", name, err)
+			return nil, unverifiedErr("reading the intent journal %s: %w", name, err)
 		}
 		if doc.Sealed != nil && doc.Sealed.ClaimID == ts.claim && doc.Sealed.Epoch == ts.token {
 			return doc, nil // our seal landed
@@ -386,9 +363,9 @@ func (g *Guard) sealJournal(ctx context.Context, ts tokenState, name string, doc
 		}
 	}
 	if lastErr != nil && !errors.Is(lastErr, objstore.ErrPrecondition) {
-		return nil, unverifiedErr("could not seal the intent journal %s after %d attempts: %v", name, attempts, lastErr)
+		return nil, unverifiedErr("could not seal the intent journal %s after %d attempts: %w", name, attempts, lastErr)
 	}
-	return nil, unverifiedErr("could not seal the intent journal %s after %d attempts: %v", name, attempts, errSealContended)
+	return nil, unverifiedErr("could not seal the intent journal %s after %d attempts: %w", name, attempts, errSealContended)
 }
 
 // scheduleJournalTrimLocked arranges for one journal write after the

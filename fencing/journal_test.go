@@ -107,7 +107,7 @@ func TestBinderSealsBeforeItRaises(t *testing.T) {
 		t.Fatalf("%d register writes attempted, want 1", raises.Load())
 	}
 	// Nothing of B's ran after its failed raise: a seal now was made before.
-	d, _, err := readIntent(ctx, s, journal)
+	d, _, err := objects{store: s}.readIntent(ctx, journal)
 	if err != nil || d.Sealed == nil || d.Sealed.Epoch != 2 {
 		t.Fatalf("A's journal after B died at its raise: %+v, %v; want sealed by epoch 2", d, err)
 	}

@@ -387,18 +387,6 @@ func (g *Guard) staleOrFenced(ctx context.Context, ts tokenState, op string, key
 	return staleErr(op, key, reason)
 }
 
-// head stats key; exists=false when absent.
-func (g *Guard) head(ctx context.Context, key string) (objstore.ObjectInfo, bool, error) {
-	info, err := g.store.Stat(ctx, key)
-	switch {
-	case err == nil:
-		return info, true, nil
-	case errors.Is(err, objstore.ErrNotFound):
-		return objstore.ObjectInfo{}, false, nil
-	}
-	return objstore.ObjectInfo{}, false, err
-}
-
 // stamped returns the metadata to store: the caller's, minus keys Guard
 // manages, plus the stamps and the young ABA record.
 func (g *Guard) stamped(meta Meta, m *mutation, rec record) map[string]string {

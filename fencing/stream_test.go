@@ -193,7 +193,7 @@ func TestPreparedCommitsAreValidatedEarlyAndStillFenced(t *testing.T) {
 		ki := g.intents[key]
 		return ki != nil && ki.validated[""]
 	}
-	g.Prepare("p/a")
+	g.PrepareBase("p/a", Version{})
 	waitFor(t, ctx, func() bool { return validatedEarly("p/a") })
 	before := journalWrites.Load()
 	if _, err := gput(ctx, g, "p/a", "a", Version{}); err != nil {
@@ -206,7 +206,7 @@ func TestPreparedCommitsAreValidatedEarlyAndStillFenced(t *testing.T) {
 	// A commit arriving while Prepare's journal write is still in flight
 	// shares it: one protocol request for the whole write.
 	before = journalWrites.Load()
-	g.Prepare("p/c")
+	g.PrepareBase("p/c", Version{})
 	if _, err := gput(ctx, g, "p/c", "c", Version{}); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestPreparedCommitsAreValidatedEarlyAndStillFenced(t *testing.T) {
 		t.Fatalf("prepare + commit wrote the journal %d times; want 1", n)
 	}
 
-	g.Prepare("p/b")
+	g.PrepareBase("p/b", Version{})
 	waitFor(t, ctx, func() bool { return validatedEarly("p/b") })
 	b := newGuard(t, s, Config{Holder: "B"})
 	bind(t, ctx, b, 2) // raised after A's early validation: sweeps A's intent on p/b

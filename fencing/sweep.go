@@ -1,21 +1,16 @@
 package fencing
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fencefs/fencefs/internal/ctxsleep"
 	"github.com/fencefs/fencefs/objstore"
 )
-
-// sweepWorkers bounds the keys a sweep rewrites in parallel.
-const sweepWorkers = 8
 
 // maxKeyRounds bounds the stat-decide-rewrite loop for one key (each round
 // means someone else changed the key meanwhile).
@@ -98,7 +93,7 @@ func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[stri
 		return nil
 	})
 	if err != nil {
-		return nil, nil, unverifiedErr("listing intents: %v", err)
+		return nil, nil, unverifiedErr("listing intents: %w", err)
 	}
 	var names []string
 	for _, d := range dirs {
@@ -109,12 +104,12 @@ func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[stri
 			return nil
 		})
 		if err != nil {
-			return nil, nil, unverifiedErr("listing intents of epoch %d: %v", d, err)
+			return nil, nil, unverifiedErr("listing intents of epoch %d: %w", d, err)
 		}
 	}
 	docs := make([]*intentDoc, len(names))
 	if err := forEach(ctx, len(names), func(ctx context.Context, i int) error {
-		doc, etag, err := readIntent(ctx, g.store, names[i])
+		doc, etag, err := g.readIntent(ctx, names[i])
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil // deleted meanwhile: its writer settled
 		}
@@ -164,7 +159,7 @@ func intentReadErr(name string, err error) error {
 	if errors.Is(err, ErrUnverified) {
 		return fmt.Errorf("%w (delete it by hand only if no writer of its epoch can still commit)", err)
 	}
-	return unverifiedErr("reading intent %s: %v", name, err)
+	return unverifiedErr("reading intent %s: %w", name, err)
 }
 
 // sweepState is what a stat of a swept key found.
@@ -205,12 +200,12 @@ func (si *sweepIntent) write(ctx context.Context) error {
 	si.mu.Lock()
 	doc := intentDoc{Format: FormatVersion, Epoch: si.ts.token, Holder: si.g.holder, ClaimID: si.ts.claim,
 		Written: si.g.cfg.Now().UTC(), Sweep: true}
-	for _, k := range sortedKeys(boolKeys(si.keys)) {
+	for _, k := range sortedKeys(si.keys) {
 		doc.Keys = append(doc.Keys, intentEntry{Key: k, Bases: sortedKeys(si.keys[k])})
 	}
 	si.mu.Unlock()
 	if err := si.g.putDoc(ctx, si.name, doc); err != nil {
-		return unverifiedErr("writing the sweep's intent: %v", err)
+		return unverifiedErr("writing the sweep's intent: %w", err)
 	}
 	return nil
 }
@@ -230,14 +225,6 @@ func (si *sweepIntent) cover(ctx context.Context, key, base string) error {
 		return err
 	}
 	return si.g.validate(ctx, si.ts, "sweep", key)
-}
-
-func boolKeys[V any](m map[string]V) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k := range m {
-		out[k] = true
-	}
-	return out
 }
 
 // sweepKey gives one key an ETag no older writer holds (or a tombstone).
@@ -366,14 +353,7 @@ func (g *Guard) waitRecordExpiry(ctx context.Context, rec record, avoid avoidSet
 		d = 10 * time.Millisecond
 	}
 	g.log.Warn("waiting for an ETag-ABA record to expire before rewriting", "wait", d)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return ctxsleep.Sleep(ctx, d)
 }
 
 // rewrite rewrites the existing object info in place (same content, meta
@@ -413,82 +393,6 @@ func (g *Guard) rewrite(ctx context.Context, info objstore.ObjectInfo, avoid avo
 		Shape: c.Shape, Parts: c.Parts})
 }
 
-// readerAtCloser is content fetched for hashing and re-upload.
-type readerAtCloser interface {
-	io.ReaderAt
-	io.Closer
-}
-
-type memBody struct{ *bytes.Reader }
-
-func (memBody) Close() error { return nil }
-
-type fileBody struct{ *os.File }
-
-func (f fileBody) Close() error {
-	name := f.Name()
-	err := f.File.Close()
-	os.Remove(name)
-	return err
-}
-
-// fetch reads version etag of key: into memory up to 16 MiB, else into a
-// temporary file.
-func (g *Guard) fetch(ctx context.Context, key, etag string, size int64) (readerAtCloser, error) {
-	rc, _, err := g.store.Get(ctx, key, objstore.GetOptions{IfMatch: etag})
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	if size <= 16<<20 {
-		b, err := io.ReadAll(io.LimitReader(rc, size+1))
-		if err != nil {
-			return nil, err
-		}
-		if int64(len(b)) != size {
-			return nil, fmt.Errorf("reading %s: got %d bytes, want %d: %w", key, len(b), size, objstore.ErrPrecondition)
-		}
-		return memBody{bytes.NewReader(b)}, nil
-	}
-	f, err := os.CreateTemp("", "fencefs-sweep-*")
-	if err != nil {
-		return nil, err
-	}
-	n, err := io.Copy(f, rc)
-	if err == nil && n != size {
-		err = fmt.Errorf("reading %s: got %d bytes, want %d: %w", key, n, size, objstore.ErrPrecondition)
-	}
-	if err != nil {
-		fileBody{f}.Close()
-		return nil, err
-	}
-	return fileBody{f}, nil
-}
-
-// putTombstone writes a tombstone of epoch ts.token with write id wid at key.
-func (g *Guard) putTombstone(ctx context.Context, key string, ts tokenState, wid string, cond objstore.Condition, meta map[string]string) (objstore.ObjectInfo, error) {
-	m := map[string]string{}
-	for k, v := range meta {
-		if k == MetaEpoch || k == MetaHolder || k == MetaWID || k == MetaSwept {
-			m[k] = v
-		}
-	}
-	m[MetaTombstone] = "1"
-	stampMeta(m, ts, g.holder, wid)
-	body := tombstoneBody(ts.token, wid)
-	return g.store.Put(ctx, key, bytes.NewReader(body), int64(len(body)), objstore.PutOptions{
-		Cond: cond, Meta: m, Shape: objstore.ShapePlain, ContentType: "application/x-fencefs-tombstone"})
-}
-
-// stampMeta sets the stamp keys in meta.
-func stampMeta(meta map[string]string, ts tokenState, holder, wid string) {
-	if ts.mode != ModeOff {
-		meta[MetaEpoch] = fmt.Sprintf("%d", ts.token)
-	}
-	meta[MetaHolder] = holder
-	meta[MetaWID] = wid
-}
-
 // deleteIntents deletes swept intents (best effort: a leftover intent only
 // costs the next sweep a rewrite).
 func (g *Guard) deleteIntents(ctx context.Context, names []string) error {
@@ -508,42 +412,6 @@ func (g *Guard) writeSweptMarker(ctx context.Context, epoch uint64, intents, key
 	if err := g.putDoc(ctx, g.lay.sweptMarker(epoch), doc); err != nil {
 		g.log.Warn("writing the sweep completion marker failed", "epoch", epoch, "err", err)
 	}
-}
-
-// forEach runs f for 0..n-1 with bounded parallelism, returning the first
-// error (and cancelling the others).
-func forEach(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
-	if n == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sem := make(chan struct{}, sweepWorkers)
-	var wg sync.WaitGroup
-	var once sync.Once
-	var first error
-	for i := 0; i < n; i++ {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := f(ctx, i); err != nil {
-				once.Do(func() { first = err; cancel() })
-			}
-		}(i)
-	}
-	wg.Wait()
-	if first != nil {
-		return first
-	}
-	return ctx.Err()
 }
 
 // isDirMarker reports whether key names a directory marker object ("dir/").

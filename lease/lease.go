@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/internal/ctxsleep"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -243,7 +244,7 @@ func (l *Lease) acquire(ctx context.Context, opts Options) error {
 				return fmt.Errorf("lease %q: %w", l.name, err)
 			}
 			l.log.Warn("reading the lease failed; retrying", "err", err)
-			if err := sleepCtx(ctx, jitter(opts.Poll)); err != nil {
+			if err := ctxsleep.Sleep(ctx, jitter(opts.Poll)); err != nil {
 				return fmt.Errorf("lease %q: waiting: %w", l.name, err)
 			}
 			continue
@@ -263,7 +264,7 @@ func (l *Lease) acquire(ctx context.Context, opts Options) error {
 				l.log.Info("waiting for the lease", "holder", who)
 				waiting = who
 			}
-			if err := sleepCtx(ctx, min(d.wait, jitter(opts.Poll))); err != nil {
+			if err := ctxsleep.Sleep(ctx, min(d.wait, jitter(opts.Poll))); err != nil {
 				return fmt.Errorf("lease %q: waiting for %s: %w", l.name, v.describe(), err)
 			}
 			continue
@@ -310,7 +311,7 @@ func (l *Lease) acquire(ctx context.Context, opts Options) error {
 		default:
 			// Outcome unknown: the next read tells (our id and seq).
 			l.log.Warn("writing the lease failed; retrying", "err", err)
-			if err := sleepCtx(ctx, jitter(opts.Poll)); err != nil {
+			if err := ctxsleep.Sleep(ctx, jitter(opts.Poll)); err != nil {
 				l.abandon(ctx, attempts)
 				return fmt.Errorf("lease %q: waiting: %w", l.name, err)
 			}
@@ -647,7 +648,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		if err == nil || errors.Is(err, ErrLost) || ctx.Err() != nil || permanent(err) {
 			break
 		}
-		if sleepCtx(ctx, min(time.Duration(attempt+1)*50*time.Millisecond, time.Second)) != nil {
+		if ctxsleep.Sleep(ctx, min(time.Duration(attempt+1)*50*time.Millisecond, time.Second)) != nil {
 			break
 		}
 	}
@@ -684,15 +685,4 @@ func randomID() string {
 // jitter spreads d by ±20% so that contenders do not poll in lockstep.
 func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*mrand.Float64()))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -31,6 +31,7 @@ func fencingConfig(cfg *config.Config, log *slog.Logger, reg prometheus.Register
 		SignedRequestValidity: cfg.Fence.SignedRequestValidity,
 		ReapTombstones:        fencing.Reap(cfg.Fence.ReapTombstones),
 		OpTimeout:             cfg.S3.RetryDeadline,
+		SpoolDir:              cfg.Mount.CacheDir,
 		Logger:                log,
 		Registerer:            reg,
 	}

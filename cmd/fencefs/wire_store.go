@@ -27,6 +27,7 @@ func s3Config(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) s
 		Concurrency:        cfg.S3.Concurrency,
 		PartSize:           int64(cfg.S3.PartSizeMiB) << 20,
 		MultipartThreshold: 2 * int64(cfg.S3.PartSizeMiB) << 20,
+		SpoolDir:           cfg.Mount.CacheDir,
 		Logger:             log,
 		Registerer:         reg,
 	}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/fencefs/fencefs/internal/ctxsleep"
 	"github.com/fencefs/fencefs/objstore"
 )
 
@@ -79,12 +80,8 @@ func (s *Store) call(ctx context.Context, op string, write bool, fn func(ctx con
 		d = min(d, left)
 		s.m.retry(op)
 		s.log.Debug("s3: retrying", "op", op, "attempt", attempt+1, "delay", d, "err", err)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return s.final(ctx.Err(), uncertain, attempt+1)
-		case <-t.C:
+		if err := ctxsleep.Sleep(ctx, d); err != nil {
+			return s.final(err, uncertain, attempt+1)
 		}
 	}
 }

@@ -6,14 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
+	"github.com/fencefs/fencefs/internal/spool"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/minio/minio-go/v7"
 )
 
 // spoolInMemory is the largest plain-copy source kept in memory; larger
-// ones are spooled to a temporary file.
+// ones are spooled to a temporary file in Config.SpoolDir.
 const spoolInMemory = 32 << 20
 
 // Copy implements objstore.Store without CopyObject (whose destination
@@ -117,31 +117,17 @@ func (s *Store) copyPlain(ctx context.Context, src, srcETag string, size int64, 
 	if info.Size != size {
 		return "", fmt.Errorf("copy %q: source size changed: %w", src, objstore.ErrPrecondition)
 	}
-	var body io.ReaderAt
-	if size <= spoolInMemory {
-		buf := make([]byte, size)
-		if _, err := io.ReadFull(rc, buf); err != nil {
-			return "", s.readErr(err, src)
-		}
-		body = bytes.NewReader(buf)
-	} else {
-		f, err := os.CreateTemp("", "fencefs-copy-")
-		if err != nil {
-			return "", fmt.Errorf("copy %q: spool file: %w", src, err)
-		}
-		defer os.Remove(f.Name())
-		defer f.Close()
-		if n, err := io.Copy(f, rc); err != nil || n != size {
-			if err == nil {
-				err = io.ErrUnexpectedEOF
-			}
-			if errors.Is(err, objstore.ErrPrecondition) || errors.Is(err, objstore.ErrUnavailable) || ctx.Err() != nil {
-				return "", s.readErr(err, src)
-			}
-			return "", fmt.Errorf("copy %q: spool file: %w", src, err)
-		}
-		body = f
+	body, err := spool.Read(rc, size, spoolInMemory, s.cfg.SpoolDir)
+	var fe *spool.FileError
+	switch {
+	case errors.As(err, &fe):
+		return "", fmt.Errorf("copy %q: %w", src, err)
+	case errors.Is(err, spool.ErrSize):
+		return "", s.readErr(fmt.Errorf("%v: %w", err, io.ErrUnexpectedEOF), src)
+	case err != nil:
+		return "", s.readErr(err, src)
 	}
+	defer body.Close()
 	return s.putPlain(ctx, dst, body, size, opts)
 }
 

@@ -162,6 +162,10 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// ListPageSize is the max-keys of each List request; 0 means 1000.
 	ListPageSize int
+	// SpoolDir is where a plain-shaped Copy keeps a source too large for
+	// memory while it uploads it again (fencefs: mount.cache_dir; created
+	// if missing); "" means os.TempDir().
+	SpoolDir string
 	// Logger receives retries, cleanup failures and the storage going
 	// down and coming back; nil means none.
 	Logger *slog.Logger
