@@ -186,7 +186,7 @@ type Store interface {
 	Copy(ctx context.Context, src, srcETag, dst string, opts PutOptions) (ObjectInfo, error)
 	// Delete removes key if cond holds. Deleting a missing key without a
 	// condition succeeds (S3 semantics). Some backends ignore conditions on
-	// DELETE; the probe detects that (see Capabilities.ConditionalDelete).
+	// DELETE; the probe detects that (CheckConditionalDelete).
 	Delete(ctx context.Context, key string, cond Condition) error
 	// DeleteMany removes keys unconditionally, in as few requests as the
 	// store allows (S3 DeleteObjects: up to 1000 keys each). Missing keys

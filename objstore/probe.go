@@ -13,121 +13,107 @@ import (
 	"time"
 )
 
-// Names of the capability checks, as they appear in Check.Name, in
-// Capabilities.Reasons, in `fencefs probe` output and in metric labels.
+// Capability is one conditional behaviour a store may or may not honour,
+// as the probe checks it. Its text is the check's name in Check.Name,
+// Capabilities.Reasons, `fencefs probe` output and metric labels. Which
+// capabilities a fencing mode needs is the fencing package's business.
+type Capability string
+
+// The capabilities, each with what the probe requires of the store.
 const (
-	CheckIfNoneMatchCreate       = "if-none-match-create"
-	CheckIfMatchCAS              = "if-match-cas"
-	CheckIfMatchMissingRefused   = "if-match-missing-refused"
-	CheckConditionalComplete     = "conditional-complete"
-	CheckConditionalDelete       = "conditional-delete"
-	CheckConditionalCopyDest     = "conditional-copy-dest"
-	CheckParallelCreateOneWinner = "parallel-create-one-winner"
-	CheckStrongListAfterWrite    = "strong-list-after-write"
+	// CheckIfNoneMatchCreate: PUT with If-None-Match:* creates once, then
+	// refuses.
+	CheckIfNoneMatchCreate Capability = "if-none-match-create"
+	// CheckIfMatchCAS: PUT with If-Match succeeds on the current ETag only.
+	CheckIfMatchCAS Capability = "if-match-cas"
+	// CheckIfMatchMissingRefused: PUT with If-Match on a missing key is
+	// refused.
+	CheckIfMatchMissingRefused Capability = "if-match-missing-refused"
+	// CheckConditionalComplete: multipart uploads honour If-Match and
+	// If-None-Match on CompleteMultipartUpload.
+	CheckConditionalComplete Capability = "conditional-complete"
+	// CheckConditionalDelete: DELETE with a wrong If-Match is refused.
+	CheckConditionalDelete Capability = "conditional-delete"
+	// CheckConditionalCopyDest: Copy honours conditions on the destination
+	// (as the store implements it; S3 stores emulate it with multipart
+	// copy).
+	CheckConditionalCopyDest Capability = "conditional-copy-dest"
+	// CheckParallelCreateOneWinner: concurrent If-None-Match:* creates of
+	// one key have exactly one winner.
+	CheckParallelCreateOneWinner Capability = "parallel-create-one-winner"
+	// CheckStrongListAfterWrite: a listing right after a write shows it,
+	// and right after a delete does not.
+	CheckStrongListAfterWrite Capability = "strong-list-after-write"
 )
 
-// checkOrder is the order of Checks().
-var checkOrder = []string{
-	CheckIfNoneMatchCreate, CheckIfMatchCAS, CheckIfMatchMissingRefused,
-	CheckConditionalComplete, CheckConditionalDelete, CheckConditionalCopyDest,
-	CheckParallelCreateOneWinner, CheckStrongListAfterWrite,
+// probeChecks is the one list of capabilities: their report order and the
+// check that establishes each.
+var probeChecks = []struct {
+	capability Capability
+	run        func(*prober, context.Context) (string, error)
+}{
+	{CheckIfNoneMatchCreate, (*prober).ifNoneMatchCreate},
+	{CheckIfMatchCAS, (*prober).ifMatchCAS},
+	{CheckIfMatchMissingRefused, (*prober).ifMatchMissing},
+	{CheckConditionalComplete, (*prober).conditionalComplete},
+	{CheckConditionalDelete, (*prober).conditionalDelete},
+	{CheckConditionalCopyDest, (*prober).conditionalCopyDest},
+	{CheckParallelCreateOneWinner, (*prober).parallelCreate},
+	{CheckStrongListAfterWrite, (*prober).strongList},
 }
 
-// StrictRequires lists the checks strict fencing depends on. Conditional
-// DELETE is not among them: without it deletes become tombstones.
-var StrictRequires = []string{
-	CheckIfNoneMatchCreate, CheckIfMatchCAS, CheckIfMatchMissingRefused,
-	CheckConditionalComplete, CheckConditionalCopyDest,
-	CheckParallelCreateOneWinner, CheckStrongListAfterWrite,
+// AllCapabilities returns every capability the probe checks, in report
+// order.
+func AllCapabilities() []Capability {
+	out := make([]Capability, len(probeChecks))
+	for i, c := range probeChecks {
+		out[i] = c.capability
+	}
+	return out
 }
 
-// FastRequires lists the checks fast fencing depends on (no intents, so no
-// listing consistency is needed).
-var FastRequires = []string{
-	CheckIfNoneMatchCreate, CheckIfMatchCAS, CheckIfMatchMissingRefused,
-	CheckConditionalComplete, CheckConditionalCopyDest,
-	CheckParallelCreateOneWinner,
-}
-
-// Capabilities is the result of Probe: one flag per check and, for every
-// failed check, a human-readable reason.
+// Capabilities is the result of Probe: which capabilities the store showed
+// and, for every other one, a human-readable reason.
 type Capabilities struct {
-	// IfNoneMatchCreate: PUT with If-None-Match:* creates once, then refuses.
-	IfNoneMatchCreate bool
-	// IfMatchCAS: PUT with If-Match succeeds on the current ETag only.
-	IfMatchCAS bool
-	// IfMatchMissingRefused: PUT with If-Match on a missing key is refused.
-	IfMatchMissingRefused bool
-	// ConditionalComplete: multipart uploads honour If-Match and
-	// If-None-Match on CompleteMultipartUpload.
-	ConditionalComplete bool
-	// ConditionalDelete: DELETE with a wrong If-Match is refused.
-	ConditionalDelete bool
-	// ConditionalCopyDest: Copy honours conditions on the destination (as
-	// the store implements it; S3 stores emulate it with multipart copy).
-	ConditionalCopyDest bool
-	// ParallelCreateOneWinner: concurrent If-None-Match:* creates of one
-	// key have exactly one winner.
-	ParallelCreateOneWinner bool
-	// StrongListAfterWrite: a listing right after a write shows it, and
-	// right after a delete does not.
-	StrongListAfterWrite bool
-
-	// Reasons maps the name of each failed check to why it failed.
-	Reasons map[string]string
+	// Passed holds every capability whose check passed.
+	Passed map[Capability]bool
+	// Reasons maps each failed capability to why its check failed.
+	Reasons map[Capability]string
 	// Err is set when the probe could not run to the end (credentials,
 	// missing bucket, unavailable storage, cancelled context); checks not
-	// run are reported false with a "not checked" reason.
+	// run are reported failed with a "not checked" reason.
 	Err error
 	// Duration is how long the probe took.
 	Duration time.Duration
 }
 
+// Has reports whether the store showed capability c.
+func (c Capabilities) Has(k Capability) bool { return c.Passed[k] }
+
 // Check is one row of a probe report.
 type Check struct {
-	Name   string
+	Name   Capability
 	OK     bool
 	Reason string // empty when OK
 }
 
-func (c *Capabilities) flag(name string) *bool {
-	switch name {
-	case CheckIfNoneMatchCreate:
-		return &c.IfNoneMatchCreate
-	case CheckIfMatchCAS:
-		return &c.IfMatchCAS
-	case CheckIfMatchMissingRefused:
-		return &c.IfMatchMissingRefused
-	case CheckConditionalComplete:
-		return &c.ConditionalComplete
-	case CheckConditionalDelete:
-		return &c.ConditionalDelete
-	case CheckConditionalCopyDest:
-		return &c.ConditionalCopyDest
-	case CheckParallelCreateOneWinner:
-		return &c.ParallelCreateOneWinner
-	case CheckStrongListAfterWrite:
-		return &c.StrongListAfterWrite
-	}
-	panic("objstore: unknown check " + name)
-}
-
-// Checks returns one row per check, in a fixed order.
+// Checks returns one row per capability, in AllCapabilities order.
 func (c Capabilities) Checks() []Check {
-	out := make([]Check, 0, len(checkOrder))
-	for _, name := range checkOrder {
-		out = append(out, Check{Name: name, OK: *c.flag(name), Reason: c.Reasons[name]})
+	out := make([]Check, 0, len(probeChecks))
+	for _, k := range AllCapabilities() {
+		out = append(out, Check{Name: k, OK: c.Has(k), Reason: c.Reasons[k]})
 	}
 	return out
 }
 
-// Require returns nil if every named check passed, else an error naming
-// each failed one with its reason (and the probe's own error, if any).
-func (c Capabilities) Require(names ...string) error {
+// Require returns nil if the store showed every capability in ks, else an
+// error naming each missing one with its reason (or the probe's own error,
+// when it did not complete).
+func (c Capabilities) Require(ks ...Capability) error {
 	var msgs []string
-	for _, name := range names {
-		if !*c.flag(name) {
-			msgs = append(msgs, name+": "+c.Reasons[name])
+	for _, k := range ks {
+		if !c.Has(k) {
+			msgs = append(msgs, string(k)+": "+c.Reasons[k])
 		}
 	}
 	if len(msgs) == 0 {
@@ -139,59 +125,35 @@ func (c Capabilities) Require(names ...string) error {
 	return fmt.Errorf("the storage lacks %s", strings.Join(msgs, "; "))
 }
 
-// StrictOK returns nil if strict fencing can run on the probed store.
-func (c Capabilities) StrictOK() error { return c.Require(StrictRequires...) }
-
-// FastOK returns nil if fast fencing can run on the probed store.
-func (c Capabilities) FastOK() error { return c.Require(FastRequires...) }
-
-// NeedsTombstoneDeletes reports whether deletes must be written as
-// tombstones because DELETE ignores its condition.
-func (c Capabilities) NeedsTombstoneDeletes() bool { return !c.ConditionalDelete }
-
-// ProbeDir is the directory, under the probe's prefix, of its scratch keys.
-const ProbeDir = ".fencefs/probe/"
-
-// Probe checks on scratch keys under prefix + ProbeDir + "<random>/" which
-// conditional operations store really honours (docs/DESIGN.md §6), and removes
-// its scratch keys (and any incomplete upload under them) before returning,
-// also on failure. It never returns an error: a check that cannot run is
-// reported failed with a reason, and Capabilities.Err tells why the probe
-// stopped early (ErrAuth, ErrNoBucket, ErrUnavailable or a context error).
-// It uses only the Store interface; a few dozen small requests.
-func Probe(ctx context.Context, store Store, prefix string) Capabilities {
+// Probe checks on scratch keys under dir + "<random>/" which conditional
+// operations store really honours (docs/DESIGN.md §6), and removes its
+// scratch keys (and any incomplete upload under them) before returning,
+// also on failure. dir is "" or ends in "/" (fencefs passes
+// fencing.ProbeDir, so that filesystems hide the keys). Probe never returns
+// an error: a check that cannot run is reported failed with a reason, and
+// Capabilities.Err tells why the probe stopped early (ErrAuth, ErrNoBucket,
+// ErrUnavailable or a context error). It uses only the Store interface; a
+// few dozen small requests.
+func Probe(ctx context.Context, store Store, dir string) Capabilities {
 	start := time.Now()
-	p := &prober{s: store, dir: prefix + ProbeDir + randomHex(8) + "/"}
-	caps := Capabilities{Reasons: map[string]string{}}
-	checks := []struct {
-		name string
-		fn   func(ctx context.Context) (string, error)
-	}{
-		{CheckIfNoneMatchCreate, p.ifNoneMatchCreate},
-		{CheckIfMatchCAS, p.ifMatchCAS},
-		{CheckIfMatchMissingRefused, p.ifMatchMissing},
-		{CheckConditionalComplete, p.conditionalComplete},
-		{CheckConditionalDelete, p.conditionalDelete},
-		{CheckConditionalCopyDest, p.conditionalCopyDest},
-		{CheckParallelCreateOneWinner, p.parallelCreate},
-		{CheckStrongListAfterWrite, p.strongList},
-	}
-	for _, c := range checks {
+	p := &prober{s: store, dir: dir + randomHex(8) + "/"}
+	caps := Capabilities{Passed: map[Capability]bool{}, Reasons: map[Capability]string{}}
+	for _, c := range probeChecks {
 		if caps.Err != nil {
-			caps.Reasons[c.name] = "not checked: " + caps.Err.Error()
+			caps.Reasons[c.capability] = "not checked: " + caps.Err.Error()
 			continue
 		}
-		reason, err := c.fn(ctx)
+		reason, err := c.run(p, ctx)
 		switch {
 		case err != nil && isFatal(ctx, err):
 			caps.Err = err
-			caps.Reasons[c.name] = "not checked: " + err.Error()
+			caps.Reasons[c.capability] = "not checked: " + err.Error()
 		case err != nil:
-			caps.Reasons[c.name] = "unexpected error: " + err.Error()
+			caps.Reasons[c.capability] = "unexpected error: " + err.Error()
 		case reason != "":
-			caps.Reasons[c.name] = reason
+			caps.Reasons[c.capability] = reason
 		default:
-			*caps.flag(c.name) = true
+			caps.Passed[c.capability] = true
 		}
 	}
 	// Clean up even when ctx is done, within a bounded time.

@@ -126,7 +126,7 @@ func registerProbeMetrics(reg prometheus.Registerer, caps objstore.Capabilities)
 		if c.OK {
 			v = 1
 		}
-		g.WithLabelValues(c.Name).Set(v)
+		g.WithLabelValues(string(c.Name)).Set(v)
 	}
 	_ = reg.Register(g)
 }

@@ -248,7 +248,7 @@ func (m *mountRun) start(ctx context.Context) error {
 			return err
 		}
 		caps = c
-		m.log.Info("storage probe passed", "mode", cfg.Fence.Mode, "tombstone_deletes", caps.NeedsTombstoneDeletes(), "took", caps.Duration)
+		m.log.Info("storage probe passed", "mode", cfg.Fence.Mode, "tombstone_deletes", fencing.TombstoneDeletes(*caps), "took", caps.Duration)
 	}
 	guard, err := newGuard(cfg, store, caps, m.log, reg)
 	if err != nil {
@@ -457,19 +457,12 @@ func checkBucket(ctx context.Context, cfg *config.Config, store objstore.Store) 
 // probeForMount runs the capability probe and refuses a fencing mode the
 // storage cannot support, naming the failed checks.
 func probeForMount(ctx context.Context, cfg *config.Config, store objstore.Store, reg prometheus.Registerer) (*objstore.Capabilities, error) {
-	caps := objstore.Probe(ctx, store, cfg.S3.Prefix)
+	caps := objstore.Probe(ctx, store, fencing.ProbeDir(cfg.S3.Prefix))
 	registerProbeMetrics(reg, caps)
 	if caps.Err != nil {
 		return nil, fmt.Errorf("storage probe failed: %w", explainStoreErr(cfg, caps.Err))
 	}
-	var err error
-	switch cfg.Fence.Mode {
-	case config.ModeStrict:
-		err = caps.StrictOK()
-	case config.ModeFast:
-		err = caps.FastOK()
-	}
-	if err != nil {
+	if err := fencing.CheckStorage(fencing.Mode(cfg.Fence.Mode), caps); err != nil {
 		return nil, fmt.Errorf("%s fencing is not possible on %s: %v (see fencefs probe; --fence-mode fast or off weaken the guarantee)", cfg.Fence.Mode, cfg.EndpointURL(), err)
 	}
 	return &caps, nil

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/fencefs/fencefs/config"
+	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/spf13/cobra"
 )
@@ -33,21 +34,18 @@ fencing mode of --fence-mode (default strict) can run on this storage:
 				return err
 			}
 			defer env.close()
-			caps := objstore.Probe(ctx, env.store, env.cfg.S3.Prefix)
+			caps := objstore.Probe(ctx, env.store, fencing.ProbeDir(env.cfg.S3.Prefix))
 			if caps.Err != nil {
 				return explainStoreErr(env.cfg, caps.Err)
 			}
-			var modeErr error
-			switch env.cfg.Fence.Mode {
-			case config.ModeStrict:
-				modeErr = caps.StrictOK()
-			case config.ModeFast:
-				modeErr = caps.FastOK()
-			}
+			modeErr := fencing.CheckStorage(fencing.Mode(env.cfg.Fence.Mode), caps)
+			strictErr := fencing.CheckStorage(fencing.ModeStrict, caps)
+			fastErr := fencing.CheckStorage(fencing.ModeFast, caps)
+			tombstones := fencing.TombstoneDeletes(caps)
 			out := cmd.OutOrStdout()
 			if asJSON {
 				type row struct {
-					Check  string `json:"check"`
+					Check  objstore.Capability `json:"check"`
 					OK     bool   `json:"ok"`
 					Reason string `json:"reason,omitempty"`
 				}
@@ -61,8 +59,8 @@ fencing mode of --fence-mode (default strict) can run on this storage:
 					TombstoneDeletes bool    `json:"tombstone_deletes"`
 					Seconds          float64 `json:"seconds"`
 				}{Endpoint: env.cfg.EndpointURL(), Bucket: env.cfg.S3.Bucket, Prefix: env.cfg.S3.Prefix,
-					Strict: caps.StrictOK() == nil, Fast: caps.FastOK() == nil,
-					TombstoneDeletes: caps.NeedsTombstoneDeletes(), Seconds: caps.Duration.Seconds()}
+					Strict: strictErr == nil, Fast: fastErr == nil,
+					TombstoneDeletes: tombstones, Seconds: caps.Duration.Seconds()}
 				for _, c := range caps.Checks() {
 					doc.Checks = append(doc.Checks, row{c.Name, c.OK, c.Reason})
 				}
@@ -90,9 +88,9 @@ fencing mode of --fence-mode (default strict) can run on this storage:
 					return err
 				}
 				fmt.Fprintln(out)
-				fmt.Fprintf(out, "strict mode: %s\n", possible(caps.StrictOK()))
-				fmt.Fprintf(out, "fast mode:   %s\n", possible(caps.FastOK()))
-				if caps.NeedsTombstoneDeletes() {
+				fmt.Fprintf(out, "strict mode: %s\n", possible(strictErr))
+				fmt.Fprintf(out, "fast mode:   %s\n", possible(fastErr))
+				if tombstones {
 					fmt.Fprintln(out, "deletes:     written as tombstones (DELETE ignores If-Match here); run fencefs gc to remove old ones")
 				} else {
 					fmt.Fprintln(out, "deletes:     conditional DELETE")

@@ -43,7 +43,7 @@ func fencingConfig(cfg *config.Config, log *slog.Logger, reg prometheus.Register
 func newGuard(cfg *config.Config, store objstore.Store, caps *objstore.Capabilities, log *slog.Logger, reg prometheus.Registerer) (*fencing.Guard, error) {
 	fc := fencingConfig(cfg, log, reg)
 	if caps != nil {
-		fc.TombstoneDeletes = caps.NeedsTombstoneDeletes()
+		fc.TombstoneDeletes = fencing.TombstoneDeletes(*caps)
 	}
 	hooks, err := fencing.FailpointsFromEnv()
 	if err != nil {

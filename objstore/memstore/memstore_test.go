@@ -176,16 +176,15 @@ func TestPutWithShortBodyFails(t *testing.T) {
 
 func TestProbeDetectsQuirks(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		opts     memstore.Options
-		failed   string // the one check that must fail
-		strictOK bool
+		name   string
+		opts   memstore.Options
+		failed objstore.Capability // the one check that must fail
 	}{
-		{"conforming", memstore.Options{}, "", true},
-		{"DELETE ignores If-Match", memstore.Options{IgnoreDeleteConditions: true}, objstore.CheckConditionalDelete, true},
-		{"copy ignores destination conditions", memstore.Options{IgnoreCopyDestConditions: true}, objstore.CheckConditionalCopyDest, false},
-		{"Complete ignores conditions", memstore.Options{IgnoreCompleteConditions: true}, objstore.CheckConditionalComplete, false},
-		{"If-Match on a missing key creates", memstore.Options{IfMatchMissingCreates: true}, objstore.CheckIfMatchMissingRefused, false},
+		{"conforming", memstore.Options{}, ""},
+		{"DELETE ignores If-Match", memstore.Options{IgnoreDeleteConditions: true}, objstore.CheckConditionalDelete},
+		{"copy ignores destination conditions", memstore.Options{IgnoreCopyDestConditions: true}, objstore.CheckConditionalCopyDest},
+		{"Complete ignores conditions", memstore.Options{IgnoreCompleteConditions: true}, objstore.CheckConditionalComplete},
+		{"If-Match on a missing key creates", memstore.Options{IfMatchMissingCreates: true}, objstore.CheckIfMatchMissingRefused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := memstore.NewWithOptions(tc.opts)
@@ -202,11 +201,8 @@ func TestProbeDetectsQuirks(t *testing.T) {
 					t.Errorf("%s failed without a reason", c.Name)
 				}
 			}
-			if err := caps.StrictOK(); (err == nil) != tc.strictOK {
-				t.Errorf("StrictOK: %v", err)
-			}
-			if caps.NeedsTombstoneDeletes() != (tc.failed == objstore.CheckConditionalDelete) {
-				t.Errorf("NeedsTombstoneDeletes = %v", caps.NeedsTombstoneDeletes())
+			if err := caps.Require(objstore.AllCapabilities()...); (err == nil) != (tc.failed == "") {
+				t.Errorf("Require(all): %v", err)
 			}
 			if n := s.Len(); n != 0 {
 				t.Errorf("probe left %d scratch objects", n)
@@ -218,11 +214,11 @@ func TestProbeDetectsQuirks(t *testing.T) {
 func TestProbeIgnoringIfNoneMatchFailsCreateChecks(t *testing.T) {
 	s := memstore.NewWithOptions(memstore.Options{IgnoreIfNoneMatch: true})
 	caps := objstore.Probe(context.Background(), s, "")
-	if caps.IfNoneMatchCreate || caps.ParallelCreateOneWinner {
+	if caps.Has(objstore.CheckIfNoneMatchCreate) || caps.Has(objstore.CheckParallelCreateOneWinner) {
 		t.Fatalf("checks passed on a store ignoring If-None-Match: %+v", caps.Checks())
 	}
-	if err := caps.FastOK(); err == nil || !strings.Contains(err.Error(), objstore.CheckIfNoneMatchCreate) {
-		t.Fatalf("FastOK: %v", err)
+	if err := caps.Require(objstore.CheckIfMatchCAS, objstore.CheckIfNoneMatchCreate); err == nil || !strings.Contains(err.Error(), string(objstore.CheckIfNoneMatchCreate)) {
+		t.Fatalf("Require: %v", err)
 	}
 }
 
@@ -237,17 +233,17 @@ func TestProbeStopsOnUnavailableStorageAndCleansUp(t *testing.T) {
 		return nil
 	})
 	caps := objstore.Probe(context.Background(), s, "")
-	if !errors.Is(caps.Err, objstore.ErrUnavailable) || caps.ConditionalCopyDest || caps.ParallelCreateOneWinner {
+	if !errors.Is(caps.Err, objstore.ErrUnavailable) || caps.Has(objstore.CheckConditionalCopyDest) || caps.Has(objstore.CheckParallelCreateOneWinner) {
 		t.Fatalf("caps %+v", caps)
 	}
-	if !caps.IfMatchCAS || !strings.HasPrefix(caps.Reasons[objstore.CheckStrongListAfterWrite], "not checked") {
+	if !caps.Has(objstore.CheckIfMatchCAS) || !strings.HasPrefix(caps.Reasons[objstore.CheckStrongListAfterWrite], "not checked") {
 		t.Fatalf("caps %+v", caps)
 	}
 	if calls != 1 {
 		t.Fatalf("probe went on after the storage became unavailable (%d copies)", calls)
 	}
-	if err := caps.StrictOK(); !errors.Is(err, objstore.ErrUnavailable) {
-		t.Fatalf("StrictOK: %v", err)
+	if err := caps.Require(objstore.AllCapabilities()...); !errors.Is(err, objstore.ErrUnavailable) {
+		t.Fatalf("Require: %v", err)
 	}
 	if s.Len() != 0 {
 		t.Fatalf("scratch keys left: %d", s.Len())

@@ -441,9 +441,6 @@ func TestProbeDetectsDeleteIgnoringIfMatch(t *testing.T) {
 	if r := caps.Reasons[objstore.CheckConditionalDelete]; !strings.Contains(r, "ignores conditions on DELETE") {
 		t.Errorf("reason %q", r)
 	}
-	if !caps.NeedsTombstoneDeletes() || caps.StrictOK() != nil {
-		t.Errorf("tombstones %v, strict %v", caps.NeedsTombstoneDeletes(), caps.StrictOK())
-	}
 	var left []string
 	if err := s.List(ctx, "", "", func(e objstore.Entry) error { left = append(left, e.Key); return nil }); err != nil {
 		t.Fatal(err)

@@ -64,12 +64,6 @@ func TestProbeAgainstGateway(t *testing.T) {
 			t.Errorf("the pinned gateway must pass %s: %s", c.Name, c.Reason)
 		}
 	}
-	if err := caps.StrictOK(); err != nil {
-		t.Errorf("StrictOK: %v", err)
-	}
-	if caps.NeedsTombstoneDeletes() {
-		t.Error("the gateway honours If-Match on DELETE")
-	}
 }
 
 func TestNewReportsConfigurationErrors(t *testing.T) {
