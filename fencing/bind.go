@@ -91,7 +91,7 @@ func (g *Guard) bindOnce(ctx context.Context, token uint64) (uint64, error) {
 	g.log.Info("bound fencing token; sweeping older epochs' intents", "token", n, "holder", g.holder)
 
 	ts := tokenState{mode: g.cfg.Mode, token: n, claim: claim}
-	err = g.sweep(ctx, ts)
+	err = g.sweeper(ts).run(ctx)
 	if err == nil && g.cfg.Mode == ModeStrict {
 		// The journal exists before the validation below: any binder of a
 		// newer epoch raised after that validation lists (and seals) it.
@@ -254,7 +254,7 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 // again after the raise (for journals created meanwhile too); that writer
 // then stops at its next register read (regCheckEvery).
 func (g *Guard) sealOlder(ctx context.Context, n uint64, claim string) error {
-	_, _, err := g.collectIntents(ctx, tokenState{mode: g.cfg.Mode, token: n, claim: claim}, g.liveIntentNames(), preRaiseSealAttempts)
+	_, _, err := g.sweeper(tokenState{mode: g.cfg.Mode, token: n, claim: claim}).collect(ctx, preRaiseSealAttempts)
 	if errors.Is(err, errSealContended) {
 		g.log.Info("an older writer is busy: its intent journal is sealed after the register is raised", "epoch", n, "err", err)
 		return nil

@@ -298,6 +298,12 @@ func (g *Guard) checkKey(key string) error {
 func (g *Guard) latchFenced(token uint64, claim, reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.latchFencedLocked(token, claim, reason)
+}
+
+// latchFencedLocked is latchFenced for a caller holding g.mu.
+// LOCKS_REQUIRED(g.mu)
+func (g *Guard) latchFencedLocked(token uint64, claim, reason string) {
 	if g.token != token || g.claim != claim || g.state == StateFenced {
 		return
 	}
@@ -313,6 +319,7 @@ type fenceError struct {
 	sentinel error
 	msg      string
 	cause    error
+	reason   string // ErrFenced: why (what latchFenced records)
 }
 
 func (e *fenceError) Error() string { return e.msg }
@@ -327,7 +334,17 @@ func fencedErr(op, key, reason string) error {
 	if op == "" {
 		op = "intent"
 	}
-	return &fenceError{sentinel: ErrFenced, msg: fmt.Sprintf("fenced: %s (%s %s)", reason, op, key)}
+	return &fenceError{sentinel: ErrFenced, msg: fmt.Sprintf("fenced: %s (%s %s)", reason, op, key), reason: reason}
+}
+
+// fencedReason returns the reason an ErrFenced built by fencedErr gives
+// ("" for any other error).
+func fencedReason(err error) string {
+	var fe *fenceError
+	if errors.As(err, &fe) {
+		return fe.reason
+	}
+	return ""
 }
 
 func staleErr(op, key, reason string) error {

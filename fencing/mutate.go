@@ -433,7 +433,7 @@ func (g *Guard) pickShape(ctx context.Context, rec record, size int64, predict e
 		if needContent {
 			return 0, 0, errNeedContent
 		}
-		if err := g.waitRecordExpiry(ctx, rec, avoid); err != nil {
+		if err := g.waitRecordExpiry(ctx, g.log, g.cfg.SignedRequestValidity, rec, avoid); err != nil {
 			return 0, 0, errNoFreshShape
 		}
 		rec = rec.young(g.cfg.Now(), g.cfg.SignedRequestValidity)

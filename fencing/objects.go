@@ -19,9 +19,10 @@ import (
 // objects is the protocol's access to the bucket: the store, the key
 // layout of the fence domain, the clock and this instance's holder id. It
 // is all that the intent journal's storage protocol (journalio.go) and the
-// takeover sweep's rewrites (sweepio.go) need; the Guard embeds it and
-// adds the in-memory state (bindings, intents, validation). Its methods
-// keep no state and are safe for concurrent use.
+// takeover sweep (sweep.go, with three answers from the Guard) need; the
+// Guard embeds it and adds the in-memory state (bindings, intents,
+// validation rounds). Its methods keep no state and are safe for
+// concurrent use.
 type objects struct {
 	store    objstore.Store
 	lay      layout

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,36 @@ type sweepTarget struct {
 	bases map[string]bool
 }
 
+// sweeper is one takeover sweep of binding ts: it reads and writes the
+// bucket through objects and asks the Guard only what the Guard alone
+// knows (a validation round of the binding, which the Guard shares among
+// callers) and tells it what it must remember (that the binding is fenced,
+// that a tombstone was written).
+type sweeper struct {
+	objects
+	ts       tokenState
+	live     map[string]bool // intent objects of this Guard: not an older writer's
+	validity time.Duration   // Config.SignedRequestValidity
+	log      *slog.Logger
+	met      *metrics
+	hook     func(ctx context.Context, key string) error // Hooks.BeforeSweepKey
+
+	validate  func(ctx context.Context, key string) error // validate ts's binding
+	fenced    func(reason string)                         // latch ts's binding fenced
+	tombstone func(key, etag string, rec record)          // a tombstone now stands at key
+}
+
+// sweeper returns the sweeper of binding ts.
+func (g *Guard) sweeper(ts tokenState) *sweeper {
+	return &sweeper{
+		objects: g.objects, ts: ts, live: g.liveIntentNames(), validity: g.cfg.SignedRequestValidity,
+		log: g.log, met: g.met, hook: g.cfg.Hooks.BeforeSweepKey,
+		validate:  func(ctx context.Context, key string) error { return g.validate(ctx, ts, "sweep", key) },
+		fenced:    func(reason string) { g.latchFenced(ts.token, ts.claim, reason) },
+		tombstone: g.noteTombstone,
+	}
+}
+
 // sweep is step 6 of binding (docs/DESIGN.md §8): every key named by an intent of
 // an older epoch (or of an earlier instance of this epoch) gets an ETag no
 // older writer can hold, or a tombstone if absent; then those intents are
@@ -32,24 +63,24 @@ type sweepTarget struct {
 // intent (naming each key with the bases ∪ the ETag found) and validates,
 // so that a sweeper paused mid-sweep is handled by the next binder like any
 // other writer.
-func (g *Guard) sweep(ctx context.Context, ts tokenState) error {
-	live := g.liveIntentNames()
-	names, targets, err := g.collectIntents(ctx, ts, live, maxSealAttempts)
+func (sw *sweeper) run(ctx context.Context) error {
+	ts := sw.ts
+	names, targets, err := sw.collect(ctx, maxSealAttempts)
 	if err != nil {
 		return err
 	}
 	if len(targets) == 0 {
-		g.writeSweptMarker(ctx, ts.token, len(names), 0)
-		g.met.swept(len(names), 0)
-		return g.deleteIntents(ctx, names)
+		sw.writeSweptMarker(ctx, ts.token, len(names), 0)
+		sw.met.swept(len(names), 0)
+		return sw.deleteIntents(ctx, names)
 	}
-	g.log.Info("takeover sweep", "epoch", ts.token, "intents", len(names), "keys", len(targets))
-	si := &sweepIntent{g: g, ts: ts, name: g.lay.intent(ts.token, ts.claim+"-sweep"), keys: map[string]map[string]bool{}}
+	sw.log.Info("takeover sweep", "epoch", ts.token, "intents", len(names), "keys", len(targets))
+	si := &sweepIntent{sw: sw, name: sw.lay.intent(ts.token, ts.claim+"-sweep"), keys: map[string]map[string]bool{}}
 	// Stat every key first so that one intent write and one validation
 	// cover every rewrite in the common case.
 	found := make([]sweepState, len(targets))
 	if err := forEach(ctx, len(targets), func(ctx context.Context, i int) error {
-		st, err := g.statKey(ctx, targets[i].key)
+		st, err := sw.statKey(ctx, targets[i].key)
 		found[i] = st
 		return err
 	}); err != nil {
@@ -65,28 +96,29 @@ func (g *Guard) sweep(ctx context.Context, ts tokenState) error {
 	if err := si.write(ctx); err != nil {
 		return err
 	}
-	if err := g.validate(ctx, ts, "sweep", g.lay.register()); err != nil {
+	if err := sw.validate(ctx, sw.lay.register()); err != nil {
 		return err
 	}
 	wid := newWID()
 	if err := forEach(ctx, len(targets), func(ctx context.Context, i int) error {
-		return g.sweepKey(ctx, ts, si, targets[i], found[i], wid)
+		return sw.sweepKey(ctx, si, targets[i], found[i], wid)
 	}); err != nil {
 		return err
 	}
-	g.writeSweptMarker(ctx, ts.token, len(names), len(targets))
-	g.met.swept(len(names), len(targets))
-	return g.deleteIntents(ctx, append(names, si.name))
+	sw.writeSweptMarker(ctx, ts.token, len(names), len(targets))
+	sw.met.swept(len(names), len(targets))
+	return sw.deleteIntents(ctx, append(names, si.name))
 }
 
-// collectIntents lists and reads the intents of epochs <= ts.token
-// (skipping this Guard's live journal), sealing every intent journal among
-// them, and groups them by target key.
-func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[string]bool, sealAttempts int) ([]string, []sweepTarget, error) {
+// collect lists and reads the intents of epochs <= ts.token (skipping this
+// Guard's live journal), sealing every intent journal among them (at most
+// sealAttempts tries each), and groups them by target key.
+func (sw *sweeper) collect(ctx context.Context, sealAttempts int) ([]string, []sweepTarget, error) {
+	ts, live := sw.ts, sw.live
 	epoch := ts.token
 	var dirs []uint64
-	prefix := g.lay.intentsPrefix()
-	err := g.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
+	prefix := sw.lay.intentsPrefix()
+	err := sw.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
 		if n, ok := parseEpochName(strings.TrimPrefix(e.Key, prefix)); ok && e.IsPrefix && n <= epoch {
 			dirs = append(dirs, n)
 		}
@@ -97,7 +129,7 @@ func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[stri
 	}
 	var names []string
 	for _, d := range dirs {
-		err := g.store.List(ctx, g.lay.intentDir(d), "", func(e objstore.Entry) error {
+		err := sw.store.List(ctx, sw.lay.intentDir(d), "", func(e objstore.Entry) error {
 			if !live[e.Key] {
 				names = append(names, e.Key)
 			}
@@ -109,7 +141,7 @@ func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[stri
 	}
 	docs := make([]*intentDoc, len(names))
 	if err := forEach(ctx, len(names), func(ctx context.Context, i int) error {
-		doc, etag, err := g.readIntent(ctx, names[i])
+		doc, etag, err := sw.readIntent(ctx, names[i])
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil // deleted meanwhile: its writer settled
 		}
@@ -119,7 +151,7 @@ func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[stri
 		if doc.Journal {
 			// Seal it first: its writer can add nothing after this, so
 			// the sealed content names every key it may commit to.
-			if doc, err = g.sealJournal(ctx, ts, names[i], doc, etag, sealAttempts); err != nil {
+			if doc, err = sw.sealJournal(ctx, ts, names[i], doc, etag, sealAttempts); err != nil {
 				return err
 			}
 		}
@@ -135,7 +167,7 @@ func (g *Guard) collectIntents(ctx context.Context, ts tokenState, live map[stri
 			continue
 		}
 		for _, e := range d.Keys {
-			if g.lay.isProtocolKey(e.Key) || objstore.ValidateKey(e.Key) != nil {
+			if sw.lay.isProtocolKey(e.Key) || objstore.ValidateKey(e.Key) != nil {
 				continue
 			}
 			if byKey[e.Key] == nil {
@@ -175,8 +207,8 @@ func (s sweepState) etag() string {
 	return objstore.NormalizeETag(s.info.ETag)
 }
 
-func (g *Guard) statKey(ctx context.Context, key string) (sweepState, error) {
-	info, err := g.store.Stat(ctx, key)
+func (o objects) statKey(ctx context.Context, key string) (sweepState, error) {
+	info, err := o.store.Stat(ctx, key)
 	switch {
 	case err == nil:
 		return sweepState{exists: true, info: info}, nil
@@ -188,8 +220,7 @@ func (g *Guard) statKey(ctx context.Context, key string) (sweepState, error) {
 
 // sweepIntent is the intent a sweep writes for its own rewrites.
 type sweepIntent struct {
-	g    *Guard
-	ts   tokenState
+	sw   *sweeper
 	name string
 	mu   sync.Mutex
 	keys map[string]map[string]bool // GUARDED_BY(mu)
@@ -198,13 +229,13 @@ type sweepIntent struct {
 // write writes the intent as it stands. LOCKS_EXCLUDED(si.mu)
 func (si *sweepIntent) write(ctx context.Context) error {
 	si.mu.Lock()
-	doc := intentDoc{Format: FormatVersion, Epoch: si.ts.token, Holder: si.g.holder, ClaimID: si.ts.claim,
-		Written: si.g.cfg.Now().UTC(), Sweep: true}
+	doc := intentDoc{Format: FormatVersion, Epoch: si.sw.ts.token, Holder: si.sw.holder, ClaimID: si.sw.ts.claim,
+		Written: si.sw.now().UTC(), Sweep: true}
 	for _, k := range sortedKeys(si.keys) {
 		doc.Keys = append(doc.Keys, intentEntry{Key: k, Bases: sortedKeys(si.keys[k])})
 	}
 	si.mu.Unlock()
-	if err := si.g.putDoc(ctx, si.name, doc); err != nil {
+	if err := si.sw.putDoc(ctx, si.name, doc); err != nil {
 		return unverifiedErr("writing the sweep's intent: %w", err)
 	}
 	return nil
@@ -224,12 +255,13 @@ func (si *sweepIntent) cover(ctx context.Context, key, base string) error {
 	if err := si.write(ctx); err != nil {
 		return err
 	}
-	return si.g.validate(ctx, si.ts, "sweep", key)
+	return si.sw.validate(ctx, key)
 }
 
 // sweepKey gives one key an ETag no older writer holds (or a tombstone).
-func (g *Guard) sweepKey(ctx context.Context, ts tokenState, si *sweepIntent, t sweepTarget, st sweepState, wid string) error {
-	if h := g.cfg.Hooks.BeforeSweepKey; h != nil {
+func (sw *sweeper) sweepKey(ctx context.Context, si *sweepIntent, t sweepTarget, st sweepState, wid string) error {
+	ts := sw.ts
+	if h := sw.hook; h != nil {
 		if err := h(ctx, t.key); err != nil {
 			return fmt.Errorf("sweeping %s: %w", t.key, err)
 		}
@@ -240,13 +272,13 @@ func (g *Guard) sweepKey(ctx context.Context, ts tokenState, si *sweepIntent, t 
 		// gateway's posix backend) refuse data or multipart uploads at such
 		// keys: there is no version to change. See "Directory markers" in
 		// the package doc for what that leaves open.
-		g.log.Debug("sweep: leaving directory marker as is", "key", t.key)
+		sw.log.Debug("sweep: leaving directory marker as is", "key", t.key)
 		return nil
 	}
 	for round := 0; round < maxKeyRounds; round++ {
 		if round > 0 {
 			var err error
-			if st, err = g.statKey(ctx, t.key); err != nil {
+			if st, err = sw.statKey(ctx, t.key); err != nil {
 				return fmt.Errorf("sweeping %s: %w", t.key, err)
 			}
 			if err := si.cover(ctx, t.key, st.etag()); err != nil {
@@ -260,12 +292,12 @@ func (g *Guard) sweepKey(ctx context.Context, ts tokenState, si *sweepIntent, t 
 			}
 			if s.Epoch > ts.token {
 				reason := fmt.Sprintf("key %s was written by epoch %d (%s), newer than our token %d", t.key, s.Epoch, holderName(s.Holder), ts.token)
-				g.latchFenced(ts.token, ts.claim, reason)
+				sw.fenced(reason)
 				return fencedErr("sweep", t.key, reason)
 			}
 		}
-		now := g.cfg.Now()
-		rec := parseRecord(st.info.Meta[MetaSwept]).young(now, g.cfg.SignedRequestValidity)
+		now := sw.now()
+		rec := parseRecord(st.info.Meta[MetaSwept]).young(now, sw.validity)
 		avoid := avoidSet{}
 		for _, e := range rec {
 			avoid.addAll(e.ETag)
@@ -281,7 +313,7 @@ func (g *Guard) sweepKey(ctx context.Context, ts tokenState, si *sweepIntent, t 
 			rec = rec.add(b, now)
 		}
 		if len(rec) > maxRecordEntries {
-			g.log.Warn("ETag-ABA record full: dropping the oldest entries", "key", t.key)
+			sw.log.Warn("ETag-ABA record full: dropping the oldest entries", "key", t.key)
 			rec = rec[len(rec)-maxRecordEntries:]
 		}
 		meta := map[string]string{}
@@ -290,18 +322,18 @@ func (g *Guard) sweepKey(ctx context.Context, ts tokenState, si *sweepIntent, t 
 				meta[k] = v
 			}
 		}
-		stampMeta(meta, ts, g.holder, wid)
+		stampMeta(meta, ts, sw.holder, wid)
 		meta[MetaSwept] = rec.String()
 
 		var info objstore.ObjectInfo
 		var err error
 		switch {
 		case !st.exists:
-			info, err = g.putTombstone(ctx, t.key, ts, wid, objstore.Condition{IfNoneMatch: true}, meta)
+			info, err = sw.putTombstone(ctx, t.key, ts, wid, objstore.Condition{IfNoneMatch: true}, meta)
 		case isTombstone(st.info):
-			info, err = g.putTombstone(ctx, t.key, ts, wid, objstore.Condition{IfMatch: st.etag()}, meta)
+			info, err = sw.putTombstone(ctx, t.key, ts, wid, objstore.Condition{IfMatch: st.etag()}, meta)
 		default:
-			info, err = g.rewrite(ctx, st.info, avoid, meta)
+			info, err = sw.rewrite(ctx, st.info, avoid, meta)
 		}
 		switch {
 		case err == nil:
@@ -309,7 +341,7 @@ func (g *Guard) sweepKey(ctx context.Context, ts tokenState, si *sweepIntent, t 
 				return fmt.Errorf("sweeping %s: the store gave the rewrite ETag %s, which an older writer may hold: it does not change ETags with the upload shape as fencing requires", t.key, info.ETag)
 			}
 			if !st.exists || isTombstone(st.info) {
-				g.noteTombstone(t.key, info.ETag, rec)
+				sw.tombstone(t.key, info.ETag, rec)
 			}
 			return nil
 		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
@@ -319,7 +351,7 @@ func (g *Guard) sweepKey(ctx context.Context, ts tokenState, si *sweepIntent, t 
 			// a re-run of this one) finishes the key.
 			return fmt.Errorf("sweeping %s: %w", t.key, err)
 		case errors.Is(err, errNoFreshShape):
-			if werr := g.waitRecordExpiry(ctx, rec, avoid); werr != nil {
+			if werr := sw.waitRecordExpiry(ctx, sw.log, sw.validity, rec, avoid); werr != nil {
 				return fmt.Errorf("sweeping %s: %w", t.key, err)
 			}
 			continue
@@ -336,11 +368,11 @@ var errNoFreshShape = errors.New("no upload shape gives an ETag no older writer 
 
 // waitRecordExpiry waits until the earliest record entry in avoid expires,
 // if one does; else it returns errNoFreshShape at once.
-func (g *Guard) waitRecordExpiry(ctx context.Context, rec record, avoid avoidSet) error {
+func (o objects) waitRecordExpiry(ctx context.Context, log *slog.Logger, validity time.Duration, rec record, avoid avoidSet) error {
 	var earliest time.Time
 	for _, e := range rec {
 		if avoid[e.ETag] {
-			if x := e.At.Add(g.cfg.SignedRequestValidity); earliest.IsZero() || x.Before(earliest) {
+			if x := e.At.Add(validity); earliest.IsZero() || x.Before(earliest) {
 				earliest = x
 			}
 		}
@@ -348,11 +380,11 @@ func (g *Guard) waitRecordExpiry(ctx context.Context, rec record, avoid avoidSet
 	if earliest.IsZero() {
 		return errNoFreshShape
 	}
-	d := earliest.Sub(g.cfg.Now())
+	d := earliest.Sub(o.now())
 	if d < 10*time.Millisecond {
 		d = 10 * time.Millisecond
 	}
-	g.log.Warn("waiting for an ETag-ABA record to expire before rewriting", "wait", d)
+	log.Warn("waiting for an ETag-ABA record to expire before rewriting", "wait", d)
 	return ctxsleep.Sleep(ctx, d)
 }
 
@@ -360,9 +392,9 @@ func (g *Guard) waitRecordExpiry(ctx context.Context, rec record, avoid avoidSet
 // replaced) with an ETag outside avoid: server-side multipart copy when a
 // part count is provably fresh, else read the content, pick a shape by
 // hashing, and re-PUT it. Conditional on the ETag found.
-func (g *Guard) rewrite(ctx context.Context, info objstore.ObjectInfo, avoid avoidSet, meta map[string]string) (objstore.ObjectInfo, error) {
+func (o objects) rewrite(ctx context.Context, info objstore.ObjectInfo, avoid avoidSet, meta map[string]string) (objstore.ObjectInfo, error) {
 	etag := objstore.NormalizeETag(info.ETag)
-	cands := shapeCandidates(g.sizing, info.Size, objstore.ShapeMultipart) // server-side copies first
+	cands := shapeCandidates(o.sizing, info.Size, objstore.ShapeMultipart) // server-side copies first
 	plain := ""
 	if _, mp := objstore.IsMultipartETag(etag); !mp {
 		plain = etag
@@ -372,34 +404,34 @@ func (g *Guard) rewrite(ctx context.Context, info objstore.ObjectInfo, avoid avo
 		return objstore.ObjectInfo{}, err
 	}
 	if ok && c.Count > 0 {
-		return g.store.Copy(ctx, info.Key, etag, info.Key, objstore.PutOptions{
+		return o.store.Copy(ctx, info.Key, etag, info.Key, objstore.PutOptions{
 			Cond: objstore.Condition{IfMatch: etag}, Meta: meta, ContentType: info.ContentType,
 			Shape: objstore.ShapeMultipart, Parts: c.Parts})
 	}
-	body, err := g.fetch(ctx, info.Key, etag, info.Size)
+	body, err := o.fetch(ctx, info.Key, etag, info.Size)
 	if err != nil {
 		return objstore.ObjectInfo{}, err
 	}
 	defer body.Close()
-	c, ok, _, err = chooseShape(cands, avoid, etagFromContent(g.sizing, body, info.Size))
+	c, ok, _, err = chooseShape(cands, avoid, etagFromContent(o.sizing, body, info.Size))
 	if err != nil {
 		return objstore.ObjectInfo{}, err
 	}
 	if !ok {
 		return objstore.ObjectInfo{}, errNoFreshShape
 	}
-	return g.store.Put(ctx, info.Key, body, info.Size, objstore.PutOptions{
+	return o.store.Put(ctx, info.Key, body, info.Size, objstore.PutOptions{
 		Cond: objstore.Condition{IfMatch: etag}, Meta: meta, ContentType: info.ContentType,
 		Shape: c.Shape, Parts: c.Parts})
 }
 
 // deleteIntents deletes swept intents (best effort: a leftover intent only
 // costs the next sweep a rewrite).
-func (g *Guard) deleteIntents(ctx context.Context, names []string) error {
+func (sw *sweeper) deleteIntents(ctx context.Context, names []string) error {
 	return forEach(ctx, len(names), func(ctx context.Context, i int) error {
-		err := g.store.Delete(ctx, names[i], objstore.Condition{})
+		err := sw.store.Delete(ctx, names[i], objstore.Condition{})
 		if err != nil && !errors.Is(err, objstore.ErrNotFound) {
-			g.log.Warn("deleting a swept intent failed; gc removes it", "intent", names[i], "err", err)
+			sw.log.Warn("deleting a swept intent failed; gc removes it", "intent", names[i], "err", err)
 		}
 		return nil
 	})
@@ -407,10 +439,10 @@ func (g *Guard) deleteIntents(ctx context.Context, names []string) error {
 
 // writeSweptMarker records that the sweep of epoch completed (gc uses it to
 // know which intents are garbage). Best effort.
-func (g *Guard) writeSweptMarker(ctx context.Context, epoch uint64, intents, keys int) {
-	doc := sweptMarkerDoc{Format: FormatVersion, Epoch: epoch, Holder: g.holder, Intents: intents, Keys: keys, Done: g.cfg.Now().UTC()}
-	if err := g.putDoc(ctx, g.lay.sweptMarker(epoch), doc); err != nil {
-		g.log.Warn("writing the sweep completion marker failed", "epoch", epoch, "err", err)
+func (sw *sweeper) writeSweptMarker(ctx context.Context, epoch uint64, intents, keys int) {
+	doc := sweptMarkerDoc{Format: FormatVersion, Epoch: epoch, Holder: sw.holder, Intents: intents, Keys: keys, Done: sw.now().UTC()}
+	if err := sw.putDoc(ctx, sw.lay.sweptMarker(epoch), doc); err != nil {
+		sw.log.Warn("writing the sweep completion marker failed", "epoch", epoch, "err", err)
 	}
 }
 
