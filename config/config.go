@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fencefs/fencefs/fencing"
 )
 
 // Config is the whole configuration of one fencefs command, after merging
@@ -118,7 +120,7 @@ const (
 	// ReapOff is "off", as ModeOff.
 	ReapOff = "off"
 
-	TokenAuto = "auto"
+	TokenAuto = fencing.TokenAuto
 )
 
 // Secret is a credential. Its String, GoString and Format methods never
@@ -156,29 +158,6 @@ func (c *Config) Secrets() []string {
 		}
 	}
 	return out
-}
-
-// TokenValue interprets Fence.Token: (0, true, nil) for auto, (n, true, nil)
-// for a number, (0, false, nil) for none. It assumes Validate passed.
-func (f Fence) TokenValue() (n uint64, set bool, err error) {
-	return ParseToken(f.Token)
-}
-
-// ParseToken parses a token as written in fence.token or a token file: ""
-// (none), "auto" (returns 0, true) or a decimal >= 1.
-func ParseToken(s string) (n uint64, set bool, err error) {
-	s = strings.TrimSpace(s)
-	switch s {
-	case "":
-		return 0, false, nil
-	case TokenAuto:
-		return 0, true, nil
-	}
-	n, err = strconv.ParseUint(s, 10, 64)
-	if err != nil || n == 0 {
-		return 0, false, fmt.Errorf("%q is not a valid token (accepted: a decimal number >= 1, or auto)", s)
-	}
-	return n, true, nil
 }
 
 // DomainPrefix returns the key prefix of the fence domain: "" for the whole
@@ -272,8 +251,10 @@ func (c *Config) Validate(requireMount bool) error {
 	default:
 		return keyErr("fence.domain", "%q is not a fence domain (accepted: bucket, prefix)", c.Fence.Domain)
 	}
-	if _, _, err := ParseToken(c.Fence.Token); err != nil {
-		return keyErr("fence.token", "%s", err.Error())
+	if c.Fence.Token != "" {
+		if _, err := fencing.ParseToken(c.Fence.Token); err != nil {
+			return keyErr("fence.token", "%s", err.Error())
+		}
 	}
 	if c.Fence.Token != "" && c.Fence.TokenFile != "" {
 		return keyErr("fence.token", "set together with fence.token_file (accepted: one token source)")

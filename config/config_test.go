@@ -400,24 +400,6 @@ func TestConfigFileSearchPath(t *testing.T) {
 	}
 }
 
-func TestParseToken(t *testing.T) {
-	tests := []struct {
-		in      string
-		n       uint64
-		set, ok bool
-	}{
-		{"", 0, false, true}, {"auto", 0, true, true}, {" 17\n", 17, true, true},
-		{"0", 0, false, false}, {"-1", 0, false, false}, {"x", 0, false, false},
-		{"18446744073709551615", 18446744073709551615, true, true}, {"18446744073709551616", 0, false, false},
-	}
-	for _, tt := range tests {
-		n, set, err := ParseToken(tt.in)
-		if (err == nil) != tt.ok || n != tt.n || set != tt.set {
-			t.Errorf("ParseToken(%q) = %d, %v, %v", tt.in, n, set, err)
-		}
-	}
-}
-
 func TestEveryOptionHasAFlagOrIsDocumentedAsPositional(t *testing.T) {
 	for _, s := range settings {
 		if s.Option != "" && s.Flag == "" && s.Key != "s3.prefix" {

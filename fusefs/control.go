@@ -3,38 +3,45 @@ package fusefs
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/fencefs/fencefs/fencing"
 )
 
-// Control attributes on the mount root.
+// Control attributes on the mount root: the names `fencefs status` and
+// `fencefs run` read and write.
 //
-//	user.fencefs.token         the bound token ("0" when unbound); setting it
-//	                           to N (or "auto") binds a new token
-//	user.fencefs.epoch         the newest epoch seen in the bucket's register
-//	user.fencefs.state         unbound|sweeping|active|fenced|off
-//	user.fencefs.holder        this mount's holder id
-//	user.fencefs.epoch_holder  the holder of that epoch
-//	user.fencefs.reason        why the mount is fenced ("" otherwise)
-//	user.fencefs.dirty_files   files with changes not yet stored (what an
-//	                           unmount or kill now would have to commit or lose)
-//	user.fencefs.staging_bytes bytes held in staging files in the cache directory
-//
-// All but the token are read-only (EPERM).
+// All but XattrToken are read-only (EPERM).
 const (
-	ctlToken       = xattrControlPrefix + "token"
-	ctlEpoch       = xattrControlPrefix + "epoch"
-	ctlState       = xattrControlPrefix + "state"
-	ctlHolder      = xattrControlPrefix + "holder"
-	ctlEpochHolder = xattrControlPrefix + "epoch_holder"
-	ctlReason      = xattrControlPrefix + "reason"
-	ctlDirty       = xattrControlPrefix + "dirty_files"
-	ctlStaging     = xattrControlPrefix + "staging_bytes"
+	// XattrPrefix starts every control attribute's name.
+	XattrPrefix = xattrControlPrefix
+	// XattrToken is the bound token ("0" when unbound); setting it to N
+	// (or "auto") binds a new token.
+	XattrToken = XattrPrefix + "token"
+	// XattrEpoch is the newest epoch seen in the bucket's register.
+	XattrEpoch = XattrPrefix + "epoch"
+	// XattrState is unbound, sweeping, active, fenced or off.
+	XattrState = XattrPrefix + "state"
+	// XattrHolder is this mount's holder id.
+	XattrHolder = XattrPrefix + "holder"
+	// XattrEpochHolder is the holder of that epoch.
+	XattrEpochHolder = XattrPrefix + "epoch_holder"
+	// XattrReason is why the mount is fenced ("" otherwise).
+	XattrReason = XattrPrefix + "reason"
+	// XattrDirtyFiles counts files with changes not yet stored (what an
+	// unmount or kill now would have to commit or lose).
+	XattrDirtyFiles = XattrPrefix + "dirty_files"
+	// XattrStagingBytes is the bytes held in staging files in the cache
+	// directory.
+	XattrStagingBytes = XattrPrefix + "staging_bytes"
 )
 
-var controlNames = []string{ctlToken, ctlEpoch, ctlState, ctlHolder, ctlEpochHolder, ctlReason, ctlDirty, ctlStaging}
+// ControlXattrs returns the name of every control attribute, state first.
+func ControlXattrs() []string {
+	return []string{XattrState, XattrToken, XattrEpoch, XattrHolder, XattrEpochHolder, XattrReason, XattrDirtyFiles, XattrStagingBytes}
+}
+
+var controlNames = ControlXattrs()
 
 // status returns the Guard's status (a read-only mount without a Guard is
 // unbound).
@@ -53,46 +60,31 @@ func (fsys *filesystem) controlGet(name string) (val []byte, ok bool, err error)
 	}
 	st := fsys.status()
 	switch name {
-	case ctlToken:
+	case XattrToken:
 		return formatUint(st.Token), true, nil
-	case ctlEpoch:
+	case XattrEpoch:
 		return formatUint(st.Epoch), true, nil
-	case ctlState:
+	case XattrState:
 		return []byte(st.State), true, nil
-	case ctlHolder:
+	case XattrHolder:
 		return []byte(st.Holder), true, nil
-	case ctlEpochHolder:
+	case XattrEpochHolder:
 		return []byte(st.EpochHolder), true, nil
-	case ctlReason:
+	case XattrReason:
 		return []byte(st.Reason), true, nil
-	case ctlDirty:
+	case XattrDirtyFiles:
 		return formatUint(uint64(max(fsys.dirtyFiles.Load(), 0))), true, nil
-	case ctlStaging:
+	case XattrStagingBytes:
 		return formatUint(uint64(max(fsys.stagingBytes.Load(), 0))), true, nil
 	}
 	return nil, true, fmt.Errorf("%w: %s", errNoAttr, name)
-}
-
-// parseToken reads a value written to user.fencefs.token: a positive decimal
-// number, or "auto" (the register issues the next epoch). Surrounding blanks
-// and a trailing newline are ignored.
-func parseToken(v []byte) (uint64, error) {
-	s := strings.TrimSpace(string(v))
-	if s == "auto" {
-		return 0, nil
-	}
-	t, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || t == 0 {
-		return 0, fmt.Errorf("%w: token %q is not a positive number or \"auto\"", fencing.ErrBadToken, s)
-	}
-	return t, nil
 }
 
 // controlSet handles setxattr on a control attribute. Binding failures are
 // logged with the reason (by the caller's errno) and answered EINVAL (a
 // token that can never bind) or EROFS (a newer epoch holds the bucket).
 func (fsys *filesystem) controlSet(ctx context.Context, name string, value []byte) error {
-	if name != ctlToken {
+	if name != XattrToken {
 		if _, _, err := fsys.controlGet(name); err != nil {
 			return fmt.Errorf("%w: %s is not a control attribute", errPerm, name)
 		}
@@ -101,7 +93,7 @@ func (fsys *filesystem) controlSet(ctx context.Context, name string, value []byt
 	if fsys.opts.ReadOnly || fsys.guard == nil {
 		return fmt.Errorf("%w: mounted read-only, cannot bind a token", fencing.ErrReadOnly)
 	}
-	tok, err := parseToken(value)
+	tok, err := fencing.ParseToken(string(value))
 	if err != nil {
 		return err
 	}

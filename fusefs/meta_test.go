@@ -206,12 +206,12 @@ func TestParseTokenAcceptsNumbersAndAuto(t *testing.T) {
 		{"", 0, true},
 	}
 	for _, tt := range tests {
-		got, err := parseToken([]byte(tt.in))
+		got, err := fencing.ParseToken(tt.in)
 		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("parseToken(%q) = %d, %v; want %d, err=%v", tt.in, got, err, tt.want, tt.wantErr)
+			t.Errorf("ParseToken(%q) = %d, %v; want %d, err=%v", tt.in, got, err, tt.want, tt.wantErr)
 		}
 		if err != nil && toErrno(err) != syscall.EINVAL {
-			t.Errorf("parseToken(%q) error maps to %v, want EINVAL", tt.in, toErrno(err))
+			t.Errorf("ParseToken(%q) error maps to %v, want EINVAL", tt.in, toErrno(err))
 		}
 	}
 }

@@ -116,11 +116,11 @@ N is fenced. The epoch is recorded with holder --holder (default
 holder name, so a new leader usually mounts with N+1 (or auto).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, set, err := config.ParseToken(args[1])
-			if err != nil || !set {
-				if err == nil {
-					err = fmt.Errorf("empty token")
-				}
+			if strings.TrimSpace(args[1]) == "" {
+				return usageError{fmt.Errorf("N: empty token")}
+			}
+			n, err := fencing.ParseToken(args[1])
+			if err != nil {
 				return usageError{fmt.Errorf("N: %v", err)}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)

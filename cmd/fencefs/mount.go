@@ -511,12 +511,12 @@ func explainMountErr(cfg *config.Config, err error) error {
 // bindToken binds the token text tok ("auto" or a number) and explains a
 // refusal.
 func bindToken(ctx context.Context, cfg *config.Config, guard *fencing.Guard, tok, source string) error {
-	n, set, err := config.ParseToken(tok)
+	if strings.TrimSpace(tok) == "" {
+		return nil
+	}
+	n, err := fencing.ParseToken(tok)
 	if err != nil {
 		return usageError{fmt.Errorf("%s: %v", source, err)}
-	}
-	if !set {
-		return nil
 	}
 	got, err := guard.Bind(ctx, n)
 	if err != nil {

@@ -46,8 +46,8 @@ fencing mode of --fence-mode (default strict) can run on this storage:
 			if asJSON {
 				type row struct {
 					Check  objstore.Capability `json:"check"`
-					OK     bool   `json:"ok"`
-					Reason string `json:"reason,omitempty"`
+					OK     bool                `json:"ok"`
+					Reason string              `json:"reason,omitempty"`
 				}
 				doc := struct {
 					Endpoint         string  `json:"endpoint"`

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fencefs/fencefs/config"
+	"github.com/fencefs/fencefs/fusefs"
 	"github.com/fencefs/fencefs/lease"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -407,14 +408,14 @@ func mountBinder(mp, token string) func(ctx context.Context) (uint64, error) {
 		}
 		ch := make(chan res, 1)
 		go func() {
-			if err := unix.Setxattr(mp, xattrPrefix+"token", []byte(token), 0); err != nil {
+			if err := unix.Setxattr(mp, fusefs.XattrToken, []byte(token), 0); err != nil {
 				ch <- res{err: explainBindErrno(mp, err)}
 				return
 			}
 			buf := make([]byte, 64)
-			n, err := unix.Getxattr(mp, xattrPrefix+"token", buf)
+			n, err := unix.Getxattr(mp, fusefs.XattrToken, buf)
 			if err != nil {
-				ch <- res{err: fmt.Errorf("reading back %stoken of %s: %v", xattrPrefix, mp, err)}
+				ch <- res{err: fmt.Errorf("reading back %s of %s: %v", fusefs.XattrToken, mp, err)}
 				return
 			}
 			tok, err := strconv.ParseUint(strings.TrimSpace(string(buf[:n])), 10, 64)
@@ -441,7 +442,7 @@ func explainBindErrno(mp string, err error) error {
 	case errors.Is(err, unix.EIO):
 		return fmt.Errorf("the mount at %s could not bind a token (EIO): the epoch register could not be read or written; see the mount's log", mp)
 	case errors.Is(err, unix.ENOTSUP), errors.Is(err, unix.EPERM):
-		return fmt.Errorf("the mount at %s does not accept %stoken (%v): is it a fencefs mount?", mp, xattrPrefix, err)
+		return fmt.Errorf("the mount at %s does not accept %s (%v): is it a fencefs mount?", mp, fusefs.XattrToken, err)
 	}
 	return fmt.Errorf("binding a token on %s: %v", mp, err)
 }

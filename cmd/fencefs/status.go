@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
+	"github.com/fencefs/fencefs/fusefs"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
-
-// Root xattrs of a fencefs mount (docs/DESIGN.md §13).
-var statusXattrs = []string{"state", "token", "epoch", "holder", "epoch_holder", "reason", "dirty_files", "staging_bytes"}
-
-const xattrPrefix = "user.fencefs."
 
 func newStatusCmd() *cobra.Command {
 	var asJSON bool
@@ -46,7 +43,8 @@ fencefs mount.`,
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "mountpoint\t%s\n", mp)
-			for _, k := range statusXattrs {
+			for _, name := range fusefs.ControlXattrs() {
+				k := statusKey(name)
 				fmt.Fprintf(tw, "%s\t%s\n", k, vals[k])
 			}
 			return tw.Flush()
@@ -56,7 +54,12 @@ fencefs mount.`,
 	return cmd
 }
 
-// readStatus reads the fencefs root xattrs of the mount at mp.
+// statusKey is the name `fencefs status` shows for a control attribute:
+// without the user.fencefs. prefix.
+func statusKey(xattr string) string { return strings.TrimPrefix(xattr, fusefs.XattrPrefix) }
+
+// readStatus reads the control attributes (fusefs.ControlXattrs) of the
+// mount at mp, by statusKey.
 func readStatus(mp string) (map[string]string, error) {
 	fi, err := os.Stat(mp)
 	if err != nil {
@@ -70,18 +73,19 @@ func readStatus(mp string) (map[string]string, error) {
 	}
 	vals := map[string]string{}
 	buf := make([]byte, 4096)
-	for _, k := range statusXattrs {
-		n, err := unix.Getxattr(mp, xattrPrefix+k, buf)
+	for _, name := range fusefs.ControlXattrs() {
+		k := statusKey(name)
+		n, err := unix.Getxattr(mp, name, buf)
 		switch {
 		case err == nil:
 			vals[k] = string(buf[:n])
 		case errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP):
-			if k == "state" {
-				return nil, fmt.Errorf("%s is not a fencefs mount (no %s%s attribute)", mp, xattrPrefix, k)
+			if name == fusefs.XattrState {
+				return nil, fmt.Errorf("%s is not a fencefs mount (no %s attribute)", mp, name)
 			}
 			vals[k] = ""
 		default:
-			return nil, fmt.Errorf("cannot read %s%s of %s: %v", xattrPrefix, k, mp, err)
+			return nil, fmt.Errorf("cannot read %s of %s: %v", name, mp, err)
 		}
 	}
 	return vals, nil

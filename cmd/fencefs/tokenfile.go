@@ -23,10 +23,10 @@ func readTokenFile(path string) (string, error) {
 		return "", usageError{fmt.Errorf("fence.token_file: cannot read %s: %v", path, unwrapPath(err))}
 	}
 	tok := strings.TrimSpace(string(b))
-	if _, set, err := config.ParseToken(tok); err != nil || !set {
-		if err == nil {
-			err = fmt.Errorf("the file is empty (accepted: a decimal number >= 1, or auto)")
-		}
+	if tok == "" {
+		return "", usageError{fmt.Errorf("fence.token_file %s: the file is empty (accepted: a decimal number >= 1, or auto)", path)}
+	}
+	if _, err := fencing.ParseToken(tok); err != nil {
 		return "", usageError{fmt.Errorf("fence.token_file %s: %v", path, err)}
 	}
 	return tok, nil
