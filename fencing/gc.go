@@ -126,18 +126,45 @@ func GC(ctx context.Context, store objstore.Store, opts GCOptions) (GCResult, er
 	if opts.SignedRequestValidity <= 0 {
 		opts.SignedRequestValidity = DefaultSignedRequestValidity
 	}
-	lay := newLayout(opts.Domain)
-	var res GCResult
-	report := func(it GCItem) {
-		if it.Err != nil {
-			res.Failed++
-		}
-		if opts.Report != nil {
-			opts.Report(it)
+	c := &collector{store: store, opts: opts, lay: newLayout(opts.Domain)}
+	if err := c.intents(ctx); err != nil {
+		return c.res, err
+	}
+	if !opts.TombstonesBefore.IsZero() {
+		if err := c.tombstones(ctx); err != nil {
+			return c.res, err
 		}
 	}
+	if !opts.UploadsBefore.IsZero() {
+		if err := c.uploads(ctx); err != nil {
+			return c.res, err
+		}
+	}
+	return c.res, nil
+}
 
-	// Intents.
+// collector is one run of GC.
+type collector struct {
+	store objstore.Store
+	opts  GCOptions
+	lay   layout
+	res   GCResult
+}
+
+// report counts it among the failures if it failed and hands it to
+// opts.Report.
+func (c *collector) report(it GCItem) {
+	if it.Err != nil {
+		c.res.Failed++
+	}
+	if c.opts.Report != nil {
+		c.opts.Report(it)
+	}
+}
+
+// intents deletes the intents of epochs below the newest completed sweep.
+func (c *collector) intents(ctx context.Context) error {
+	store, lay, opts := c.store, c.lay, c.opts
 	var swept uint64
 	err := store.List(ctx, lay.sweptPrefix(), "/", func(e objstore.Entry) error {
 		if n, ok := parseEpochName(strings.TrimPrefix(e.Key, lay.sweptPrefix())); ok && n > swept {
@@ -146,99 +173,107 @@ func GC(ctx context.Context, store objstore.Store, opts GCOptions) (GCResult, er
 		return nil
 	})
 	if err != nil {
-		return res, fmt.Errorf("listing sweep markers: %w", err)
+		return fmt.Errorf("listing sweep markers: %w", err)
 	}
-	if swept > 0 {
-		var dirs []uint64
-		err := store.List(ctx, lay.intentsPrefix(), "/", func(e objstore.Entry) error {
-			if n, ok := parseEpochName(strings.TrimPrefix(e.Key, lay.intentsPrefix())); ok && e.IsPrefix && n < swept {
-				dirs = append(dirs, n)
+	if swept == 0 {
+		return nil
+	}
+	var dirs []uint64
+	err = store.List(ctx, lay.intentsPrefix(), "/", func(e objstore.Entry) error {
+		if n, ok := parseEpochName(strings.TrimPrefix(e.Key, lay.intentsPrefix())); ok && e.IsPrefix && n < swept {
+			dirs = append(dirs, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing intents: %w", err)
+	}
+	for _, d := range dirs {
+		err := store.List(ctx, lay.intentDir(d), "", func(e objstore.Entry) error {
+			it := GCItem{Kind: "intent", Key: e.Key, Epoch: d, Reason: fmt.Sprintf("epoch %d < %d, whose sweep completed", d, swept)}
+			if !opts.DryRun {
+				if err := store.Delete(ctx, e.Key, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+					it.Err = err
+				}
 			}
+			if it.Err == nil {
+				c.res.Intents++
+			}
+			c.report(it)
+			return ctx.Err()
+		})
+		if err != nil {
+			return fmt.Errorf("listing intents of epoch %d: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// tombstones deletes the tombstones older than opts.TombstonesBefore and
+// SignedRequestValidity whose ETag-ABA record has expired, each by a
+// DELETE conditioned on its ETag.
+func (c *collector) tombstones(ctx context.Context) error {
+	store, lay, opts := c.store, c.lay, c.opts
+	now := opts.Now()
+	err := store.List(ctx, opts.Domain+opts.Prefix, "", func(e objstore.Entry) error {
+		if e.IsPrefix || e.Size != TombstoneSize || lay.isProtocolKey(e.Key) || !e.LastModified.Before(opts.TombstonesBefore) {
 			return nil
-		})
-		if err != nil {
-			return res, fmt.Errorf("listing intents: %w", err)
 		}
-		for _, d := range dirs {
-			err := store.List(ctx, lay.intentDir(d), "", func(e objstore.Entry) error {
-				it := GCItem{Kind: "intent", Key: e.Key, Epoch: d, Reason: fmt.Sprintf("epoch %d < %d, whose sweep completed", d, swept)}
-				if !opts.DryRun {
-					if err := store.Delete(ctx, e.Key, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
-						it.Err = err
-					}
-				}
-				if it.Err == nil {
-					res.Intents++
-				}
-				report(it)
-				return ctx.Err()
-			})
-			if err != nil {
-				return res, fmt.Errorf("listing intents of epoch %d: %w", d, err)
+		if now.Before(e.LastModified.Add(opts.SignedRequestValidity)) {
+			return nil
+		}
+		info, err := store.Stat(ctx, e.Key)
+		if err != nil || !isTombstone(info) {
+			return nil
+		}
+		if len(parseRecord(info.Meta[MetaSwept]).young(now, opts.SignedRequestValidity)) > 0 {
+			return nil
+		}
+		st := stampOf(info.Meta)
+		it := GCItem{Kind: "tombstone", Key: e.Key, Epoch: st.Epoch, Reason: "deleted at " + info.LastModified.UTC().Format(time.RFC3339)}
+		if !opts.DryRun {
+			err := store.Delete(ctx, e.Key, objstore.Condition{IfMatch: objstore.NormalizeETag(info.ETag)})
+			if err != nil && !errors.Is(err, objstore.ErrPrecondition) {
+				it.Err = err
+			}
+			if errors.Is(err, objstore.ErrPrecondition) {
+				return nil // re-created meanwhile: not garbage any more
 			}
 		}
+		if it.Err == nil {
+			c.res.Tombstones++
+		}
+		c.report(it)
+		return ctx.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("listing tombstones: %w", err)
 	}
+	return nil
+}
 
-	// Tombstones.
-	if !opts.TombstonesBefore.IsZero() {
-		now := opts.Now()
-		err := store.List(ctx, opts.Domain+opts.Prefix, "", func(e objstore.Entry) error {
-			if e.IsPrefix || e.Size != TombstoneSize || lay.isProtocolKey(e.Key) || !e.LastModified.Before(opts.TombstonesBefore) {
-				return nil
-			}
-			if now.Before(e.LastModified.Add(opts.SignedRequestValidity)) {
-				return nil
-			}
-			info, err := store.Stat(ctx, e.Key)
-			if err != nil || !isTombstone(info) {
-				return nil
-			}
-			if len(parseRecord(info.Meta[MetaSwept]).young(now, opts.SignedRequestValidity)) > 0 {
-				return nil
-			}
-			st := stampOf(info.Meta)
-			it := GCItem{Kind: "tombstone", Key: e.Key, Epoch: st.Epoch, Reason: "deleted at " + info.LastModified.UTC().Format(time.RFC3339)}
-			if !opts.DryRun {
-				err := store.Delete(ctx, e.Key, objstore.Condition{IfMatch: objstore.NormalizeETag(info.ETag)})
-				if err != nil && !errors.Is(err, objstore.ErrPrecondition) {
-					it.Err = err
-				}
-				if errors.Is(err, objstore.ErrPrecondition) {
-					return nil // re-created meanwhile: not garbage any more
-				}
-			}
-			if it.Err == nil {
-				res.Tombstones++
-			}
-			report(it)
-			return ctx.Err()
-		})
-		if err != nil {
-			return res, fmt.Errorf("listing tombstones: %w", err)
+// uploads aborts the incomplete uploads initiated before
+// opts.UploadsBefore.
+func (c *collector) uploads(ctx context.Context) error {
+	store, opts := c.store, c.opts
+	err := store.ListUploads(ctx, opts.Domain, func(u objstore.Upload) error {
+		if !u.Initiated.Before(opts.UploadsBefore) {
+			return nil
 		}
-	}
-
-	// Incomplete uploads.
-	if !opts.UploadsBefore.IsZero() {
-		err := store.ListUploads(ctx, opts.Domain, func(u objstore.Upload) error {
-			if !u.Initiated.Before(opts.UploadsBefore) {
-				return nil
+		it := GCItem{Kind: "upload", Key: u.Key, Reason: "initiated at " + u.Initiated.UTC().Format(time.RFC3339) + ", upload " + u.UploadID}
+		if !opts.DryRun {
+			if err := store.AbortUpload(ctx, u.Key, u.UploadID); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+				it.Err = err
 			}
-			it := GCItem{Kind: "upload", Key: u.Key, Reason: "initiated at " + u.Initiated.UTC().Format(time.RFC3339) + ", upload " + u.UploadID}
-			if !opts.DryRun {
-				if err := store.AbortUpload(ctx, u.Key, u.UploadID); err != nil && !errors.Is(err, objstore.ErrNotFound) {
-					it.Err = err
-				}
-			}
-			if it.Err == nil {
-				res.Uploads++
-			}
-			report(it)
-			return ctx.Err()
-		})
-		if err != nil {
-			return res, fmt.Errorf("listing incomplete uploads: %w", err)
 		}
+		if it.Err == nil {
+			c.res.Uploads++
+		}
+		c.report(it)
+		return ctx.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("listing incomplete uploads: %w", err)
 	}
-	return res, nil
+	return nil
 }

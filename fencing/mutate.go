@@ -175,6 +175,15 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 	}()
 	rebases := 0
 	validated := false
+	// rebase retries the mutation on base next (the key changed in a way
+	// that leaves it ours to write: a tombstone, or absent again).
+	rebase := func(next Version) error {
+		if rebases++; rebases > maxRebases {
+			return staleErr(m.op, m.key, "the key keeps changing")
+		}
+		m.base, validated = next, false
+		return nil
+	}
 	for {
 		// The ETag-ABA record of the version we replace: known from the
 		// caller's read, or read now with a HEAD that overlaps the intent
@@ -182,30 +191,15 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 		var headCh chan headResult
 		rec, needHead := knownRecord(m)
 		if needHead {
-			headCh = make(chan headResult, 1)
-			go func(key string) {
-				info, exists, err := g.head(ctx, key)
-				headCh <- headResult{info, exists, err}
-			}(m.key)
+			headCh = g.headAsync(ctx, m.key)
 		}
 		if m.ts.mode == ModeStrict && !validated {
 			var err error
-			if ki == nil {
-				ki, err = g.ensureIntent(ctx, m.ts, m.key, m.base.ETag)
-			} else {
-				err = g.cover(ctx, ki, m.base.ETag)
-			}
-			if err != nil {
+			if ki, err = g.writeIntent(ctx, m, ki); err != nil {
 				if headCh != nil {
 					<-headCh
 				}
-				if errors.Is(err, ErrFenced) {
-					g.met.refused(m.op)
-				}
 				return objstore.ObjectInfo{}, err
-			}
-			if h := g.cfg.Hooks.AfterIntent; h != nil {
-				h(ctx, m.key)
 			}
 		}
 		if headCh != nil {
@@ -219,10 +213,9 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 				if next == nil {
 					return info, err
 				}
-				if rebases++; rebases > maxRebases {
-					return objstore.ObjectInfo{}, staleErr(m.op, m.key, "the key keeps changing")
+				if err := rebase(*next); err != nil {
+					return objstore.ObjectInfo{}, err
 				}
-				m.base, validated = *next, false
 				continue
 			}
 			rec = parseRecord(h.info.Meta[MetaSwept])
@@ -230,77 +223,111 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 		rec = rec.young(g.cfg.Now(), g.cfg.SignedRequestValidity)
 
 		if m.ts.mode != ModeOff && !validated {
-			var err error
-			if ki == nil {
-				// Fast mode. (Strict: the journal write that named this
-				// base was the validation; see journal.go.)
-				err = g.validate(ctx, m.ts, m.op, m.key)
-			}
-			if err != nil {
+			if err := g.validateCommit(ctx, m, ki); err != nil {
 				return objstore.ObjectInfo{}, err
 			}
 			validated = true
-			if h := g.cfg.Hooks.AfterValidate; h != nil {
-				h(ctx, m.key)
-			}
 		}
 
-		cond := objstore.Condition{IfNoneMatch: true}
-		if m.base.Exists() {
-			cond = objstore.Condition{IfMatch: m.base.ETag}
+		info, err := commit(ctx, baseCondition(m.base), m.base, rec)
+		res, next, known, rerr := g.commitOutcome(ctx, m, info, err)
+		if next == nil {
+			definitive = known
+			return res, rerr
 		}
-		info, err := commit(ctx, cond, m.base, rec)
-		switch {
-		case err == nil:
-			g.met.outcome(m.op, "ok")
-			g.committed(m)
-			return info, nil
-		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
-			cur, exists, herr := g.head(ctx, m.key)
-			if herr != nil {
-				definitive = false
-				return objstore.ObjectInfo{}, fmt.Errorf("%s %s: resolving a refused commit: %w", m.op, m.key, herr)
-			}
-			info, next, rerr := g.resolveFailed(ctx, m, cur, exists)
-			if next == nil {
-				if rerr != nil && errors.Is(err, objstore.ErrNotFound) && !errors.Is(rerr, ErrFenced) && m.op == "copy" {
-					return objstore.ObjectInfo{}, fmt.Errorf("copy to %s: %w", m.key, err) // the source vanished
-				}
-				return info, rerr
-			}
-			if rebases++; rebases > maxRebases {
-				return objstore.ObjectInfo{}, staleErr(m.op, m.key, "the key keeps changing")
-			}
-			m.base, validated = *next, false
-		case isTransient(err):
-			// The store's retries ran out: maybe one attempt landed (our
-			// write id is there, or what a delete wanted holds).
-			if objstore.MaybeApplied(err) {
-				if cur, exists, herr := g.head(ctx, m.key); herr == nil {
-					switch resolve(m.kind, cur, exists, m.ts.token, m.wid, m.base) {
-					case outcomeOurs, outcomeGone:
-						info, _, rerr := g.resolveFailed(ctx, m, cur, exists)
-						return info, rerr
-					}
-				}
-				definitive = false
-				g.met.outcome(m.op, "unknown")
-				return objstore.ObjectInfo{}, fmt.Errorf("%s %s: outcome unknown after retries: %w", m.op, m.key, err)
-			}
-			g.met.outcome(m.op, "error")
-			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: refused after retries: %w", m.op, m.key, err)
-		case errors.Is(err, errNoFreshShape):
-			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: %w", m.op, m.key, err)
-		case errors.Is(err, ErrStreamChanged):
-			return objstore.ObjectInfo{}, err // nothing was sent; the caller uses Put
-		case ctx.Err() != nil:
-			definitive = false
-			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: outcome unknown: %w", m.op, m.key, err)
-		default:
-			g.met.outcome(m.op, "error")
-			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: %w", m.op, m.key, err)
+		if err := rebase(*next); err != nil {
+			return objstore.ObjectInfo{}, err
 		}
 	}
+}
+
+// commitOutcome decides what the result of m's commit (info, err) means:
+// the mutation's result (next == nil; definitive=false when its outcome is
+// unknown), or a retry on base next.
+func (g *Guard) commitOutcome(ctx context.Context, m *mutation, info objstore.ObjectInfo, err error) (_ objstore.ObjectInfo, next *Version, definitive bool, _ error) {
+	switch {
+	case err == nil:
+		g.met.outcome(m.op, "ok")
+		g.committed(m)
+		return info, nil, true, nil
+	case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
+		cur, exists, herr := g.head(ctx, m.key)
+		if herr != nil {
+			return objstore.ObjectInfo{}, nil, false, fmt.Errorf("%s %s: resolving a refused commit: %w", m.op, m.key, herr)
+		}
+		info, next, rerr := g.resolveFailed(ctx, m, cur, exists)
+		if next == nil && rerr != nil && errors.Is(err, objstore.ErrNotFound) && !errors.Is(rerr, ErrFenced) && m.op == "copy" {
+			return objstore.ObjectInfo{}, nil, true, fmt.Errorf("copy to %s: %w", m.key, err) // the source vanished
+		}
+		return info, next, true, rerr
+	case isTransient(err):
+		info, known, rerr := g.resolveTransient(ctx, m, err)
+		return info, nil, known, rerr
+	case errors.Is(err, errNoFreshShape):
+		return objstore.ObjectInfo{}, nil, true, fmt.Errorf("%s %s: %w", m.op, m.key, err)
+	case errors.Is(err, ErrStreamChanged):
+		return objstore.ObjectInfo{}, nil, true, err // nothing was sent; the caller uses Put
+	case ctx.Err() != nil:
+		return objstore.ObjectInfo{}, nil, false, fmt.Errorf("%s %s: outcome unknown: %w", m.op, m.key, err)
+	default:
+		g.met.outcome(m.op, "error")
+		return objstore.ObjectInfo{}, nil, true, fmt.Errorf("%s %s: %w", m.op, m.key, err)
+	}
+}
+
+// writeIntent makes the journal name m's key and base (strict mode), on
+// the mutation's intent ki (nil: take one), and returns the intent.
+func (g *Guard) writeIntent(ctx context.Context, m *mutation, ki *keyIntent) (*keyIntent, error) {
+	var err error
+	if ki == nil {
+		ki, err = g.ensureIntent(ctx, m.ts, m.key, m.base.ETag)
+	} else {
+		err = g.cover(ctx, ki, m.base.ETag)
+	}
+	if err != nil {
+		if errors.Is(err, ErrFenced) {
+			g.met.refused(m.op)
+		}
+		return ki, err
+	}
+	if h := g.cfg.Hooks.AfterIntent; h != nil {
+		h(ctx, m.key)
+	}
+	return ki, nil
+}
+
+// validateCommit validates m's binding before its commit: a round of its
+// own in fast mode; in strict mode (ki != nil) the journal write that named
+// the base was the validation (see journal.go).
+func (g *Guard) validateCommit(ctx context.Context, m *mutation, ki *keyIntent) error {
+	if ki == nil {
+		if err := g.validate(ctx, m.ts, m.op, m.key); err != nil {
+			return err
+		}
+	}
+	if h := g.cfg.Hooks.AfterValidate; h != nil {
+		h(ctx, m.key)
+	}
+	return nil
+}
+
+// resolveTransient decides a commit that failed after the store's retries
+// ran out: maybe one attempt landed (our write id is there, or what a
+// delete wanted holds). definitive=false: the outcome is unknown.
+func (g *Guard) resolveTransient(ctx context.Context, m *mutation, err error) (info objstore.ObjectInfo, definitive bool, _ error) {
+	if !objstore.MaybeApplied(err) {
+		g.met.outcome(m.op, "error")
+		return objstore.ObjectInfo{}, true, fmt.Errorf("%s %s: refused after retries: %w", m.op, m.key, err)
+	}
+	if cur, exists, herr := g.head(ctx, m.key); herr == nil {
+		switch resolve(m.kind, cur, exists, m.ts.token, m.wid, m.base) {
+		case outcomeOurs, outcomeGone:
+			info, _, rerr := g.resolveFailed(ctx, m, cur, exists)
+			return info, true, rerr
+		}
+	}
+	g.met.outcome(m.op, "unknown")
+	return objstore.ObjectInfo{}, false, fmt.Errorf("%s %s: outcome unknown after retries: %w", m.op, m.key, err)
 }
 
 // opCtx is the context of one background protocol operation (a journal
@@ -361,6 +388,25 @@ func (g *Guard) resolveFailed(ctx context.Context, m *mutation, cur objstore.Obj
 		want = "ETag " + m.base.ETag
 	}
 	return objstore.ObjectInfo{}, nil, staleErr(m.op, m.key, fmt.Sprintf("changed since it was read: expected %s, found %s", want, found))
+}
+
+// baseCondition is the precondition of a commit on base: If-Match its
+// ETag, or If-None-Match:* for absent.
+func baseCondition(base Version) objstore.Condition {
+	if base.Exists() {
+		return objstore.Condition{IfMatch: base.ETag}
+	}
+	return objstore.Condition{IfNoneMatch: true}
+}
+
+// headAsync stats key in the background; the channel receives the result.
+func (g *Guard) headAsync(ctx context.Context, key string) chan headResult {
+	ch := make(chan headResult, 1)
+	go func() {
+		info, exists, err := g.head(ctx, key)
+		ch <- headResult{info, exists, err}
+	}()
+	return ch
 }
 
 type headResult struct {

@@ -296,35 +296,7 @@ func (sw *sweeper) sweepKey(ctx context.Context, si *sweepIntent, t sweepTarget,
 				return fencedErr("sweep", t.key, reason)
 			}
 		}
-		now := sw.now()
-		rec := parseRecord(st.info.Meta[MetaSwept]).young(now, sw.validity)
-		avoid := avoidSet{}
-		for _, e := range rec {
-			avoid.addAll(e.ETag)
-		}
-		// The bases older writers may commit on are exactly those their
-		// intents name: every commit's base is in its intent before its
-		// validation (a sweeper's own rewrite included: its intent names
-		// the ETag it found). The ETag found here is avoided and recorded
-		// only if some intent names it; recording every found ETag would
-		// make a later sweep of a small object run out of shapes.
-		for b := range t.bases {
-			avoid.addAll(b)
-			rec = rec.add(b, now)
-		}
-		if len(rec) > maxRecordEntries {
-			sw.log.Warn("ETag-ABA record full: dropping the oldest entries", "key", t.key)
-			rec = rec[len(rec)-maxRecordEntries:]
-		}
-		meta := map[string]string{}
-		for k, v := range st.info.Meta {
-			if !IsStampKey(k) {
-				meta[k] = v
-			}
-		}
-		stampMeta(meta, ts, sw.holder, wid)
-		meta[MetaSwept] = rec.String()
-
+		meta, rec, avoid := sw.sweptMeta(t, st, wid)
 		var info objstore.ObjectInfo
 		var err error
 		switch {
@@ -360,6 +332,42 @@ func (sw *sweeper) sweepKey(ctx context.Context, si *sweepIntent, t sweepTarget,
 		}
 	}
 	return fmt.Errorf("sweeping %s: the key kept changing (%d rounds)", t.key, maxKeyRounds)
+}
+
+// sweptMeta returns the metadata of the rewrite of t found as st: the
+// user metadata kept, the stamps of write id wid and the ETag-ABA record
+// (rec) naming every base an older writer may hold; avoid holds the ETags
+// the rewrite must not get.
+func (sw *sweeper) sweptMeta(t sweepTarget, st sweepState, wid string) (meta map[string]string, rec record, avoid avoidSet) {
+	now := sw.now()
+	rec = parseRecord(st.info.Meta[MetaSwept]).young(now, sw.validity)
+	avoid = avoidSet{}
+	for _, e := range rec {
+		avoid.addAll(e.ETag)
+	}
+	// The bases older writers may commit on are exactly those their
+	// intents name: every commit's base is in its intent before its
+	// validation (a sweeper's own rewrite included: its intent names the
+	// ETag it found). The ETag found here is avoided and recorded only if
+	// some intent names it; recording every found ETag would make a later
+	// sweep of a small object run out of shapes.
+	for b := range t.bases {
+		avoid.addAll(b)
+		rec = rec.add(b, now)
+	}
+	if len(rec) > maxRecordEntries {
+		sw.log.Warn("ETag-ABA record full: dropping the oldest entries", "key", t.key)
+		rec = rec[len(rec)-maxRecordEntries:]
+	}
+	meta = map[string]string{}
+	for k, v := range st.info.Meta {
+		if !IsStampKey(k) {
+			meta[k] = v
+		}
+	}
+	stampMeta(meta, sw.ts, sw.holder, wid)
+	meta[MetaSwept] = rec.String()
+	return meta, rec, avoid
 }
 
 // errNoFreshShape: no upload shape gives the content an ETag outside the

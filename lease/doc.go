@@ -98,8 +98,7 @@
 // See Example. Renewal runs by itself (every TTL/3); Renew forces one now,
 // Held asks the holder's own clock, Lost/Err report the end. Without Guard
 // or Bind the lease carries no token; the caller binds one itself (after
-// Acquire returns) and may record it with RecordToken. Inspect reads a lease
-// without taking part.
+// Acquire returns) and may record it with RecordToken.
 //
 // Tokens are per fence domain, not per lease: binding one for any lease
 // fences every other writer of the domain. Give a domain one lease name for
