@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"maps"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -175,12 +176,34 @@ func TestKindOfFollowsKeyAndMode(t *testing.T) {
 		{"a", map[string]string{"mode": "41471"}, kindSymlink},
 		{"a", map[string]string{"mode": "16877"}, kindDir},
 		{"a", map[string]string{"mode": "33188"}, kindFile},
-		{"a", map[string]string{"mode": "4480"}, kindFile}, // FIFO written by s3fs: shown as a file
+		{"a", map[string]string{"mode": "4480"}, syscall.S_IFIFO}, // FIFO written by s3fs
+		{"a", map[string]string{"mode": strconv.Itoa(syscall.S_IFSOCK | 0o755)}, syscall.S_IFSOCK},
+		{"a", map[string]string{"mode": strconv.Itoa(syscall.S_IFCHR | 0o600)}, syscall.S_IFCHR},
+		{"a", map[string]string{"mode": strconv.Itoa(syscall.S_IFBLK | 0o600)}, syscall.S_IFBLK},
+		{"a/", map[string]string{"mode": "4480"}, kindDir}, // a marker is a directory whatever its mode
 	}
 	for _, tt := range tests {
 		if got := kindOf(tt.key, tt.meta); got != tt.want {
 			t.Errorf("kindOf(%q, %v) = %o, want %o", tt.key, tt.meta, got, tt.want)
 		}
+	}
+}
+
+// TestDeviceNumbersRoundTripInRdev checks that a device node's number is
+// stored in the "rdev" key and read back, and that other kinds store none.
+func TestDeviceNumbersRoundTripInRdev(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	dev := posixAttr{Mode: syscall.S_IFCHR | 0o600, Rdev: 3106, Mtime: now, Ctime: now, Atime: now}
+	meta := encodeAttr(dev, map[string]string{"rdev": "1"})
+	if meta["rdev"] != "3106" {
+		t.Fatalf("rdev stored as %q, want 3106", meta["rdev"])
+	}
+	if got := decodeAttr(syscall.S_IFCHR, meta, now, attrDefaults{}); got.Rdev != 3106 || got.Mode != dev.Mode {
+		t.Fatalf("decoded mode %#o rdev %d, want %#o 3106", got.Mode, got.Rdev, dev.Mode)
+	}
+	fifo := posixAttr{Mode: syscall.S_IFIFO | 0o644, Mtime: now, Ctime: now, Atime: now}
+	if m := encodeAttr(fifo, meta); m["rdev"] != "" {
+		t.Fatalf("a FIFO stores rdev %q, want none", m["rdev"])
 	}
 }
 
