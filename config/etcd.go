@@ -95,13 +95,7 @@ func LoadEtcd(src Source) (*Etcd, error) {
 	}
 	e, err := l.buildEtcd()
 	if err != nil {
-		var ke *Error
-		if errors.As(err, &ke) {
-			if from := l.origin(ke.Key); from != "" {
-				ke.Key += " (" + from + ")"
-			}
-		}
-		return nil, err
+		return nil, l.withOrigin(err)
 	}
 	return e, nil
 }

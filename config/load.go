@@ -1,14 +1,11 @@
 package config
 
 import (
-	"bufio"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -146,13 +143,7 @@ func Load(src Source, requireMount bool) (*Config, error) {
 		c.Mount.Mountpoint = mp
 	}
 	if err := c.Validate(requireMount); err != nil {
-		var ke *Error
-		if errors.As(err, &ke) {
-			if from := l.origin(ke.Key); from != "" {
-				ke.Key += " (" + from + ")"
-			}
-		}
-		return nil, err
+		return nil, l.withOrigin(err)
 	}
 	return c, nil
 }
@@ -352,223 +343,49 @@ func (l *loader) origin(key string) string {
 	return ""
 }
 
-// build reads every setting out of viper into a Config.
+// build reads every setting out of viper into a Config: the table's
+// settings by their declared kind (fill), then the values computed from
+// others.
 func (l *loader) build() (*Config, error) {
 	c := &Config{File: l.file}
-	var firstErr error
-	str := func(key string) string { return strings.TrimSpace(l.v.GetString(key)) }
-	fail := func(key, format string, a ...any) {
-		if firstErr == nil {
-			e := &Error{Key: key, Msg: fmt.Sprintf(format, a...)}
-			if from := l.origin(key); from != "" {
-				e.Key += " (" + from + ")"
-			}
-			firstErr = e
-		}
+	c.Mount.UID, c.Mount.GID = uint32(os.Getuid()), uint32(os.Getgid())
+	if err := l.fill(c); err != nil {
+		return nil, l.withOrigin(err)
 	}
-	boolean := func(key string) bool {
-		raw := str(key)
-		switch strings.ToLower(raw) {
-		case "true", "1", "yes", "on":
-			return true
-		case "false", "0", "no", "off", "":
-			return false
-		}
-		fail(key, "%q is not a boolean (accepted: true, false)", raw)
-		return false
-	}
-	duration := func(key string) time.Duration {
-		raw := str(key)
-		d, err := time.ParseDuration(raw)
-		if err != nil {
-			if n, err2 := strconv.ParseInt(raw, 10, 64); err2 == nil && n == 0 {
-				return 0
-			}
-			fail(key, "%q is not a duration (accepted: a number with a unit, such as 500ms, 1s, 15m)", raw)
-		}
-		return d
-	}
-	integer := func(key string) int {
-		raw := str(key)
-		if raw == "" {
-			return 0
-		}
-		n, err := strconv.Atoi(raw)
-		if err != nil {
-			fail(key, "%q is not a number (accepted: a decimal number)", raw)
-		}
-		return n
-	}
-	mode := func(key string) os.FileMode {
-		switch raw := l.v.Get(key).(type) {
-		case int, int64, uint64, uint32, int32:
-			// A YAML number: 0644 in YAML is already octal, so take the value.
-			n, _ := strconv.ParseInt(fmt.Sprint(raw), 10, 64)
-			if n < 0 || n > 0o777 {
-				fail(key, "%d is not a permission mode (accepted: an octal string such as \"0644\"; quote it in YAML)", n)
-			}
-			return os.FileMode(n)
-		default:
-			s := str(key)
-			n, err := strconv.ParseUint(strings.TrimPrefix(s, "0o"), 8, 32)
-			if err != nil || n > 0o777 {
-				fail(key, "%q is not a permission mode (accepted: octal 0000 to 0777, such as 0644)", s)
-			}
-			return os.FileMode(n)
-		}
-	}
-	uid := func(key string, def int) uint32 {
-		raw := str(key)
-		if raw == "" {
-			return uint32(def)
-		}
-		n, err := strconv.ParseUint(raw, 10, 32)
-		if err != nil {
-			fail(key, "%q is not a numeric id (accepted: a decimal number 0 to 4294967295)", raw)
-		}
-		return uint32(n)
-	}
-
-	c.S3.Endpoint = strings.TrimSuffix(str("s3.endpoint"), "/")
-	c.S3.Region = str("s3.region")
-	c.S3.Bucket = str("s3.bucket")
-	c.S3.Prefix = NormalizePrefix(str("s3.prefix"))
-	c.S3.AccessKey = str("s3.access_key")
-	c.S3.SecretKey = Secret(str("s3.secret_key"))
-	c.S3.SessionToken = Secret(str("s3.session_token"))
-	c.S3.Profile = str("s3.profile")
-	c.S3.CredentialsFile = str("s3.credentials_file")
-	c.S3.CAFile = str("s3.ca_file")
-	c.S3.PathStyle = boolean("s3.path_style")
-	c.S3.Timeout = duration("s3.timeout")
-	c.S3.ConnectTimeout = duration("s3.connect_timeout")
-	c.S3.RetryDeadline = duration("s3.retry_deadline")
-	c.S3.Concurrency = integer("s3.concurrency")
-	c.S3.PartSizeMiB = integer("s3.part_size_mib")
-
-	c.Fence.Mode = strings.ToLower(str("fence.mode"))
-	c.Fence.Domain = strings.ToLower(str("fence.domain"))
-	c.Fence.Token = str("fence.token")
+	c.S3.Endpoint = strings.TrimSuffix(c.S3.Endpoint, "/")
+	c.S3.Prefix = NormalizePrefix(c.S3.Prefix)
 	if strings.EqualFold(c.Fence.Token, TokenAuto) {
 		c.Fence.Token = TokenAuto
 	}
-	c.Fence.TokenFile = str("fence.token_file")
-	c.Fence.Holder = str("fence.holder")
-	c.Fence.SignedRequestValidity = duration("fence.signed_request_validity")
-	c.Fence.RefreshInterval = duration("fence.refresh_interval")
-	c.Fence.ReapTombstones = strings.ToLower(str("fence.reap_tombstones"))
-
-	c.Mount.ReadOnly = boolean("mount.read_only")
-	c.Mount.UID = uid("mount.uid", os.Getuid())
-	c.Mount.GID = uid("mount.gid", os.Getgid())
-	c.Mount.FileMode = mode("mount.file_mode")
-	c.Mount.DirMode = mode("mount.dir_mode")
-	c.Mount.CacheDir = str("mount.cache_dir")
 	if c.Mount.CacheDir == "" {
-		c.Mount.CacheDir = DefaultCacheDir(os.Getenv, os.Getuid())
+		abs, err := filepath.Abs(DefaultCacheDir(os.Getenv, os.Getuid()))
+		if err != nil {
+			return nil, err
+		}
+		c.Mount.CacheDir = abs
 	}
-	c.Mount.AttrTTL = duration("mount.attr_ttl")
-	c.Mount.EntryTTL = duration("mount.entry_ttl")
-	c.Mount.MetaTTL = duration("mount.meta_ttl")
-	c.Mount.LeaderCacheTTL = duration("mount.leader_cache_ttl")
-	c.Mount.AllowOther = boolean("mount.allow_other")
-	c.Mount.DefaultPermissions = boolean("mount.default_permissions") || c.Mount.AllowOther
-	c.Mount.MaxDirRename = integer("mount.max_dir_rename")
-
-	c.Log.Level = strings.ToLower(str("log.level"))
+	c.Mount.DefaultPermissions = c.Mount.DefaultPermissions || c.Mount.AllowOther
 	if c.Log.Level == "warning" {
 		c.Log.Level = "warn"
 	}
-	c.Log.Format = strings.ToLower(str("log.format"))
-	c.Log.File = str("log.file")
-	c.Metrics.Addr = str("metrics.addr")
-	if firstErr != nil {
-		return nil, firstErr
-	}
-
 	if c.S3.AccessKey != "" || c.S3.SecretKey != "" {
 		c.S3.CredentialsSource = l.origin("s3.access_key")
 	} else if err := l.sharedCredentials(c); err != nil {
 		return nil, err
 	}
-	for _, p := range []*string{&c.Mount.CacheDir, &c.Fence.TokenFile, &c.Log.File, &c.S3.CAFile, &c.S3.CredentialsFile} {
-		if *p != "" {
-			abs, err := filepath.Abs(*p)
-			if err != nil {
-				return nil, err
-			}
-			*p = abs
-		}
-	}
 	return c, nil
 }
 
-// sharedCredentials fills the credentials from the AWS shared credentials
-// file (s3.credentials_file, default ~/.aws/credentials), profile s3.profile.
-// A missing default file is not an error (anonymous access); a missing named
-// file or profile is.
-func (l *loader) sharedCredentials(c *Config) error {
-	path := c.S3.CredentialsFile
-	named := path != ""
-	if !named {
-		h, err := os.UserHomeDir()
-		if err != nil {
-			return nil
-		}
-		path = filepath.Join(h, ".aws", "credentials")
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		if named {
-			return keyErr("s3.credentials_file", "cannot read %s: %v", path, errors.Unwrap(err))
-		}
-		return nil
-	}
-	defer f.Close()
-	profile := c.S3.Profile
-	if profile == "" {
-		profile = "default"
-	}
-	vals, found := parseINISection(f, profile)
-	if !found {
-		if named || l.origin("s3.profile") != "" {
-			return keyErr("s3.profile", "profile %q not found in %s", profile, path)
-		}
-		return nil
-	}
-	c.S3.AccessKey = vals["aws_access_key_id"]
-	c.S3.SecretKey = Secret(vals["aws_secret_access_key"])
-	c.S3.SessionToken = Secret(vals["aws_session_token"])
-	c.S3.CredentialsSource = fmt.Sprintf("%s [%s]", path, profile)
-	return nil
-}
-
-// parseINISection returns the key = value pairs of [section] in an INI file.
-func parseINISection(f *os.File, section string) (map[string]string, bool) {
-	vals := map[string]string{}
-	in, found := false, false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || line[0] == ';' {
-			continue
-		}
-		if line[0] == '[' && strings.HasSuffix(line, "]") {
-			name := strings.TrimSpace(line[1 : len(line)-1])
-			name = strings.TrimPrefix(name, "profile ")
-			in = name == section
-			found = found || in
-			continue
-		}
-		if !in {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if ok {
-			vals[strings.ToLower(strings.TrimSpace(k))] = strings.TrimSpace(v)
+// withOrigin adds to the key of a configuration error where its value was
+// set (flag, -o, variable or file).
+func (l *loader) withOrigin(err error) error {
+	var ke *Error
+	if errors.As(err, &ke) {
+		if from := l.origin(ke.Key); from != "" {
+			ke.Key += " (" + from + ")"
 		}
 	}
-	return vals, found
+	return err
 }
 
 // SplitTarget splits "BUCKET[/PREFIX]" (optionally "s3://BUCKET/PREFIX")
