@@ -128,18 +128,10 @@ func (g *Guard) drain(ctx context.Context) error {
 	defer g.mu.Unlock()
 	g.binding = true
 	g.broadcast()
-	for g.inflight > 0 {
-		ch := g.changed
-		g.mu.Unlock()
-		select {
-		case <-ch:
-			g.mu.Lock()
-		case <-ctx.Done():
-			g.mu.Lock()
-			g.binding = false
-			g.broadcast()
-			return fmt.Errorf("waiting for mutations in flight before binding: %w", ctx.Err())
-		}
+	if err := g.waitIdleLocked(ctx); err != nil {
+		g.binding = false
+		g.broadcast()
+		return fmt.Errorf("waiting for mutations in flight before binding: %w", err)
 	}
 	return nil
 }
@@ -155,12 +147,9 @@ func (g *Guard) undrain() {
 func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (uint64, error) {
 	reserved := false
 	for attempt := 0; attempt < maxBindAttempts; attempt++ {
-		reg, etag, exists, err := g.readRegister(ctx)
+		reg, etag, exists, err := g.readNoted(ctx)
 		if err != nil {
 			return 0, err // transient failures: the store retried already
-		}
-		if exists {
-			g.noteRegister(reg, etag)
 		}
 		step, err := decideBind(reg, exists, token, g.holder, claim)
 		switch step {
@@ -175,10 +164,7 @@ func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (
 			}
 			reserved = true
 		}
-		if err := g.sealOlder(ctx, token, claim); err != nil {
-			return 0, err
-		}
-		ok, err := g.casRegister(ctx, reg, etag, exists, token, claim)
+		ok, err := g.raise(ctx, reg, etag, exists, token, claim)
 		if ok {
 			return token, nil
 		}
@@ -198,12 +184,9 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 	var maxRes uint64
 	listed := false
 	for attempt := 0; attempt < maxBindAttempts; attempt++ {
-		reg, etag, exists, err := g.readRegister(ctx)
+		reg, etag, exists, err := g.readNoted(ctx)
 		if err != nil {
 			return 0, err // transient failures: the store retried already
-		}
-		if exists {
-			g.noteRegister(reg, etag)
 		}
 		if !exists && !listed {
 			// No register (new bucket, or reset): never reissue a reserved
@@ -222,10 +205,7 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 			}
 			return 0, err
 		}
-		if err := g.sealOlder(ctx, n, claim); err != nil {
-			return 0, err
-		}
-		ok, err := g.casRegister(ctx, reg, etag, exists, n, claim)
+		ok, err := g.raise(ctx, reg, etag, exists, n, claim)
 		if ok {
 			return n, nil
 		}
@@ -233,9 +213,8 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 			return 0, err
 		}
 		// The register moved (or our CAS response was lost): re-read.
-		again, etag2, exists2, err := g.readRegister(ctx)
-		if err == nil && exists2 && again.Epoch == n && again.ClaimID == claim {
-			g.noteRegister(again, etag2)
+		again, _, _, err := g.readNoted(ctx)
+		if err == nil && again.Epoch == n && again.ClaimID == claim {
 			return n, nil
 		}
 		maxRes = n
@@ -302,6 +281,15 @@ func readReservation(ctx context.Context, store objstore.Store, key string) (res
 		return reservation{}, err
 	}
 	return r, nil
+}
+
+// raise seals the older epochs' intent journals (sealOlder), then raises
+// the register to n (casRegister).
+func (g *Guard) raise(ctx context.Context, reg Register, etag string, exists bool, n uint64, claim string) (bool, error) {
+	if err := g.sealOlder(ctx, n, claim); err != nil {
+		return false, err
+	}
+	return g.casRegister(ctx, reg, etag, exists, n, claim)
 }
 
 // casRegister raises the register from the version read (etag; exists=false:

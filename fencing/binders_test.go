@@ -170,6 +170,32 @@ func watchRegister(ctx context.Context, store objstore.Store, stop <-chan struct
 	return out
 }
 
+// goBinders starts n goroutines (counted in wg) that each run perG binders
+// (runBinders, holders prefix<i>-…) and append their results to *results
+// under mu.
+func goBinders(ctx context.Context, store objstore.Store, wg *sync.WaitGroup, mu *sync.Mutex, results *[]bindResult, prefix string, n, perG int) {
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rs := runBinders(ctx, store, fmt.Sprintf("%s%d", prefix, i), perG, 40, uint64(time.Now().UnixNano())+uint64(i))
+			mu.Lock()
+			*results = append(*results, rs...)
+			mu.Unlock()
+		}()
+	}
+}
+
+// checkRegisterNeverDecreased stops watchRegister and fails t if it saw
+// the register's epoch go down.
+func checkRegisterNeverDecreased(t *testing.T, stop chan struct{}, decreases <-chan string) {
+	t.Helper()
+	close(stop)
+	if msg, ok := <-decreases; ok {
+		t.Error(msg)
+	}
+}
+
 func TestConcurrentBindersNeverShareAnEpoch(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func() objstore.Store, real bool) {
 		ctx := testCtx(t, 60*time.Second)
@@ -180,21 +206,9 @@ func TestConcurrentBindersNeverShareAnEpoch(t *testing.T) {
 		var mu sync.Mutex
 		var results []bindResult
 		var wg sync.WaitGroup
-		for i := 0; i < goroutines; i++ {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				rs := runBinders(ctx, store, fmt.Sprintf("g%d", i), perG, 40, uint64(time.Now().UnixNano())+uint64(i))
-				mu.Lock()
-				results = append(results, rs...)
-				mu.Unlock()
-			}(i)
-		}
+		goBinders(ctx, store, &wg, &mu, &results, "g", goroutines, perG)
 		wg.Wait()
-		close(stop)
-		if msg, ok := <-decreases; ok {
-			t.Error(msg)
-		}
+		checkRegisterNeverDecreased(t, stop, decreases)
 		checkBinders(t, ctx, store, results)
 	})
 }
@@ -254,21 +268,9 @@ func TestConcurrentBinderProcessesNeverShareAnEpoch(t *testing.T) {
 			mu.Unlock()
 		}(p)
 	}
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			rs := runBinders(ctx, store, fmt.Sprintf("in%d", i), 8, 40, uint64(time.Now().UnixNano())+uint64(i))
-			mu.Lock()
-			results = append(results, rs...)
-			mu.Unlock()
-		}(i)
-	}
+	goBinders(ctx, store, &wg, &mu, &results, "in", 4, 8)
 	wg.Wait()
-	close(stop)
-	if msg, ok := <-decreases; ok {
-		t.Error(msg)
-	}
+	checkRegisterNeverDecreased(t, stop, decreases)
 	procs := map[string]bool{}
 	for _, r := range results {
 		procs[r.Holder[:2]] = true

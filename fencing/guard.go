@@ -293,6 +293,23 @@ func (g *Guard) checkKey(key string) error {
 	return nil
 }
 
+// waitIdleLocked waits until no mutation is in flight, or ctx ends (its
+// error). LOCKS_REQUIRED(g.mu): released while waiting, held on return.
+func (g *Guard) waitIdleLocked(ctx context.Context) error {
+	for g.inflight > 0 {
+		ch := g.changed
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			g.mu.Lock()
+			return ctx.Err()
+		}
+		g.mu.Lock()
+	}
+	return nil
+}
+
 // latchFenced latches the fenced state for the binding identified by
 // token/claim (a stale report about a previous binding is ignored).
 func (g *Guard) latchFenced(token uint64, claim, reason string) {
@@ -376,20 +393,11 @@ func (g *Guard) Refresh(ctx context.Context) error {
 	case mode == ModeOff:
 		return nil
 	case state == StateUnbound:
-		reg, etag, exists, err := g.readRegister(ctx)
-		if err != nil {
-			return err
-		}
-		if exists {
-			g.noteRegister(reg, etag)
-		}
-		return nil
+		_, _, _, err := g.readNoted(ctx)
+		return err
 	case state == StateFenced:
 		// Keep the displayed epoch fresh; the latch stays.
-		reg, etag, exists, err := g.readRegister(ctx)
-		if err == nil && exists {
-			g.noteRegister(reg, etag)
-		}
+		_, _, _, _ = g.readNoted(ctx)
 		return g.fencedNow("refresh", "")
 	}
 	return g.validate(ctx, tokenState{mode: mode, token: token, claim: claim}, "refresh", "")
@@ -399,6 +407,16 @@ func (g *Guard) fencedNow(op, key string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return fencedErr(op, key, g.reason)
+}
+
+// readNoted reads the register (objects.readRegister) and caches what it
+// found (noteRegister).
+func (g *Guard) readNoted(ctx context.Context) (Register, string, bool, error) {
+	reg, etag, exists, err := g.readRegister(ctx)
+	if err == nil && exists {
+		g.noteRegister(reg, etag)
+	}
+	return reg, etag, exists, err
 }
 
 // noteRegister caches reg (with its ETag) if it is at least as new as the
@@ -498,17 +516,11 @@ func (g *Guard) Close(ctx context.Context) error {
 	g.mu.Lock()
 	g.closed = true
 	g.broadcast()
-	for g.inflight > 0 {
-		ch := g.changed
-		g.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("closing the fencing guard: %w", ctx.Err())
-		}
-		g.mu.Lock()
-	}
+	err := g.waitIdleLocked(ctx)
 	g.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("closing the fencing guard: %w", err)
+	}
 	// The reaper stops before the wait below (its validations are
 	// background work too), after the mutations whose tombstones it must
 	// write into the ledger.

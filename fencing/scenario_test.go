@@ -149,7 +149,18 @@ func (l *lossyStore) take(key string) string {
 }
 
 func (l *lossyStore) Put(ctx context.Context, key string, b io.ReaderAt, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
-	info, err := l.Store.Put(ctx, key, b, size, opts)
+	return l.write(key, func() (objstore.ObjectInfo, error) { return l.Store.Put(ctx, key, b, size, opts) })
+}
+
+func (l *lossyStore) Copy(ctx context.Context, src, srcETag, dst string, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	return l.write(dst, func() (objstore.ObjectInfo, error) { return l.Store.Copy(ctx, src, srcETag, dst, opts) })
+}
+
+// write makes the write to key (do) and then, as planned for key, loses
+// its response (ErrUnavailable) or repeats it (the 412 a retry of a landed
+// write meets).
+func (l *lossyStore) write(key string, do func() (objstore.ObjectInfo, error)) (objstore.ObjectInfo, error) {
+	info, err := do()
 	if err != nil {
 		return info, err
 	}
@@ -157,21 +168,7 @@ func (l *lossyStore) Put(ctx context.Context, key string, b io.ReaderAt, size in
 	case "unavailable":
 		return objstore.ObjectInfo{}, objstore.ErrUnavailable
 	case "412":
-		return l.Store.Put(ctx, key, b, size, opts)
-	}
-	return info, nil
-}
-
-func (l *lossyStore) Copy(ctx context.Context, src, srcETag, dst string, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
-	info, err := l.Store.Copy(ctx, src, srcETag, dst, opts)
-	if err != nil {
-		return info, err
-	}
-	switch l.take(dst) {
-	case "unavailable":
-		return objstore.ObjectInfo{}, objstore.ErrUnavailable
-	case "412":
-		return l.Store.Copy(ctx, src, srcETag, dst, opts)
+		return do()
 	}
 	return info, nil
 }

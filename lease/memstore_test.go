@@ -28,6 +28,16 @@ func inBubble(t *testing.T, f func(t *testing.T)) {
 	synctest.Test(t, f)
 }
 
+// acquireA acquires lease "l" on s for holder A (TTL memTTL).
+func acquireA(t *testing.T, ctx context.Context, s objstore.Store) *lease.Lease {
+	t.Helper()
+	a, err := lease.Acquire(ctx, s, "l", lease.Options{TTL: memTTL, Holder: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func TestMemSecondContenderWaitsForRelease(t *testing.T) {
 	inBubble(t, func(t *testing.T) { testSecondContenderWaitsForRelease(t, memEnv()) })
 }
@@ -167,10 +177,7 @@ func TestMemLostResponseOfReleaseStillReleases(t *testing.T) {
 		s := memstore.New()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		a, err := lease.Acquire(ctx, s, "l", lease.Options{TTL: memTTL, Holder: "A"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := acquireA(t, ctx, s)
 		lostResponses(s, 1)
 		if err := a.Release(ctx); err != nil {
 			t.Fatalf("Release: %v", err)
@@ -252,14 +259,11 @@ func TestMemAcquireGivesUpWhenContextEnds(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		s := memstore.New()
 		ctx := context.Background()
-		a, err := lease.Acquire(ctx, s, "l", lease.Options{TTL: memTTL, Holder: "A"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := acquireA(t, ctx, s)
 		defer release(t, a)
 		wctx, cancel := context.WithTimeout(ctx, 2*memTTL)
 		defer cancel()
-		_, err = lease.Acquire(wctx, s, "l", lease.Options{TTL: memTTL, Holder: "B"})
+		_, err := lease.Acquire(wctx, s, "l", lease.Options{TTL: memTTL, Holder: "B"})
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "A") {
 			t.Fatalf("B = %v; want DeadlineExceeded naming holder A", err)
 		}
@@ -399,10 +403,7 @@ func TestMemRenewExtendsTheLeaseAndReportsALoss(t *testing.T) {
 		s := memstore.New()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		a, err := lease.Acquire(ctx, s, "l", lease.Options{TTL: memTTL, Holder: "A"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := acquireA(t, ctx, s)
 		before, _ := lease.Inspect(ctx, s, "", "l")
 		if err := a.Renew(ctx); err != nil {
 			t.Fatalf("Renew: %v", err)
