@@ -95,15 +95,6 @@ func TestPeakRSSOfThisProcessIsPlausible(t *testing.T) {
 	}
 }
 
-func TestIsMountedSeesTheRootAndNotAPlainDirectory(t *testing.T) {
-	if ok, err := isMounted("/"); err != nil || !ok {
-		t.Errorf("isMounted(/) = %v, %v", ok, err)
-	}
-	if ok, err := isMounted(t.TempDir()); err != nil || ok {
-		t.Errorf("isMounted(a fresh temp dir) = %v, %v", ok, err)
-	}
-}
-
 func TestQuickModeShrinksSizesUnlessGiven(t *testing.T) {
 	c, err := parseFlags([]string{"-quick"})
 	if err != nil {

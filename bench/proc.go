@@ -1,49 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
 	"github.com/prometheus/procfs"
 )
-
-// isMounted reports whether dir is a mountpoint in /proc/self/mountinfo
-// (parsed, not stat'ed: a hung FUSE server must not hang the check).
-func isMounted(dir string) (bool, error) {
-	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(filepath.Clean(dir)))
-	if err != nil {
-		return false, err
-	}
-	return len(mounts) > 0, nil
-}
-
-// unmount makes sure dir is not a mountpoint: fusermount3 -u a few times
-// (EBUSY while the kernel drains), then a lazy unmount, which is reported as
-// an error.
-func unmount(dir string) error {
-	for i := 0; i < 20; i++ {
-		ok, err := isMounted(dir)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return nil
-		}
-		if exec.Command("fusermount3", "-u", dir).Run() == nil {
-			continue
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if out, err := exec.Command("fusermount3", "-uz", dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("lazy unmount of %s failed: %v: %s", dir, err, bytes.TrimSpace(out))
-	}
-	return fmt.Errorf("%s stayed busy; lazily unmounted", dir)
-}
 
 // peakRSS returns the peak resident set size (VmHWM) of process pid in bytes.
 func peakRSS(pid int) (int64, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencefs/fencefs/integration/gateway"
 	"github.com/fencefs/fencefs/integration/harness"
+	"github.com/fencefs/fencefs/internal/mounts"
 )
 
 // smallTree makes a directory tree of 3 files in 3 directories and its
@@ -159,7 +160,7 @@ func TestFloorRunsEveryLegacyWorkloadOnTheLoopbackAndUnmounts(t *testing.T) {
 		t.Errorf("floor: %d checks, failures %v, failed workloads %v; want none", m.checks, m.failures, m.phaseErrors)
 	}
 	for _, mnt := range []string{"fuse-floor-r1/mnt", "fuse-floor-r1-listing/mnt"} {
-		if ok, err := isMounted(filepath.Join(cfg.WorkDir, mnt)); err != nil || ok {
+		if ok, err := mounts.IsMounted(filepath.Join(cfg.WorkDir, mnt)); err != nil || ok {
 			t.Errorf("%s still mounted after measure (%v)", mnt, err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencefs/fencefs/integration/gateway"
+	"github.com/fencefs/fencefs/internal/mounts"
 )
 
 // target is one thing being measured: a filesystem mount of a bucket, or the
@@ -303,7 +304,7 @@ func (p *mountProc) waitMounted(ctx context.Context, timeout time.Duration) erro
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if ok, err := isMounted(p.dir); err != nil {
+		if ok, err := mounts.IsMounted(p.dir); err != nil {
 			return err
 		} else if ok {
 			return nil
@@ -336,10 +337,10 @@ func (p *mountProc) stop() error {
 			}
 		case <-time.After(30 * time.Second):
 			errs = append(errs, errors.New("mount process did not exit within 30s of SIGTERM"))
-			_ = unmount(p.dir)
+			_ = mounts.Unmount(context.Background(), p.dir)
 			p.kill()
 		}
-		if err := unmount(p.dir); err != nil {
+		if err := mounts.Unmount(context.Background(), p.dir); err != nil {
 			errs = append(errs, err)
 		}
 		p.stopErr = errors.Join(errs...)
@@ -376,7 +377,7 @@ func (p *mountProc) kill() {
 	case <-p.done:
 	case <-time.After(10 * time.Second):
 	}
-	_ = exec.Command("fusermount3", "-uz", p.dir).Run()
+	_ = mounts.Lazy(context.Background(), p.dir)
 }
 
 // tail returns the last lines of a log file, for error messages.

@@ -30,6 +30,7 @@ import (
 
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/integration/gateway"
+	"github.com/fencefs/fencefs/internal/mounts"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/fencefs/fencefs/objstore/s3"
 	"github.com/minio/minio-go/v7"
@@ -118,7 +119,7 @@ func serveMain() int {
 		ucancel()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "serve: unmount:", err)
-			_ = exec.Command("fusermount3", "-uz", c.Mountpoint).Run()
+			_ = mounts.Lazy(context.Background(), c.Mountpoint)
 		}
 		<-done
 	case <-done:
@@ -275,7 +276,7 @@ func (m *testMount) stop() {
 	}
 	if isMounted(m.Dir) {
 		m.t.Errorf("%s still mounted after the mount process exited", m.Dir)
-		_ = exec.Command("fusermount3", "-uz", m.Dir).Run()
+		_ = mounts.Lazy(context.Background(), m.Dir)
 	}
 	if m.t.Failed() || os.Getenv("FENCEFS_TEST_LOGS") != "" {
 		m.t.Logf("mount log of %s:\n%s", m.Dir, m.logTail())
@@ -284,7 +285,7 @@ func (m *testMount) stop() {
 
 // kill force-unmounts and kills the mount process (watchdog, stuck stop).
 func (m *testMount) kill() {
-	_ = exec.Command("fusermount3", "-uz", m.Dir).Run()
+	_ = mounts.Lazy(context.Background(), m.Dir)
 	_ = m.cmd.Process.Kill()
 	select {
 	case <-m.done:
@@ -292,18 +293,10 @@ func (m *testMount) kill() {
 	}
 }
 
+// isMounted reports whether dir is a mountpoint (mounts.IsMounted).
 func isMounted(dir string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == dir {
-			return true
-		}
-	}
-	return false
+	ok, _ := mounts.IsMounted(dir)
+	return ok
 }
 
 // Helpers on the S3 side ("any S3 client").

@@ -23,7 +23,6 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +40,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/fencefs/fencefs/integration/gateway"
+	"github.com/fencefs/fencefs/internal/mounts"
 )
 
 var (
@@ -78,9 +78,9 @@ func Main(m *testing.M) int {
 	dirs := append([]string(nil), mounted...)
 	mountedMu.Unlock()
 	for _, dir := range dirs {
-		if ok, _ := isMounted(dir); ok {
+		if ok, _ := mounts.IsMounted(dir); ok {
 			fmt.Fprintf(os.Stderr, "harness: mount left behind at %s\n", dir)
-			_ = exec.Command("fusermount3", "-uz", dir).Run()
+			_ = mounts.Lazy(context.Background(), dir)
 			code = 1
 		}
 	}
@@ -264,7 +264,7 @@ func Start(t testing.TB, gw *gateway.Gateway, bucket string, o Options, args ...
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		if ok, _ := isMounted(fs.Dir); ok {
+		if ok, _ := mounts.IsMounted(fs.Dir); ok {
 			return fs, nil
 		}
 		select {
@@ -309,7 +309,7 @@ func (fs *FS) Stop() error {
 	_ = fs.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-fs.done:
-		if ok, _ := isMounted(fs.Dir); ok {
+		if ok, _ := mounts.IsMounted(fs.Dir); ok {
 			return fmt.Errorf("fencefs exited (%v) but %s is still mounted", fs.waitErr, fs.Dir)
 		}
 		return fs.waitErr
@@ -377,7 +377,7 @@ func (fs *FS) Unmount() error {
 			}
 		}
 	}
-	if err := unmountRetry(fs.Dir); err != nil {
+	if err := mounts.Unmount(context.Background(), fs.Dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -390,36 +390,7 @@ func (fs *FS) forceCleanup() {
 	case <-fs.done:
 	case <-time.After(10 * time.Second):
 	}
-	_ = unmountRetry(fs.Dir)
-}
-
-// unmountRetry unmounts dir if it is mounted: fusermount3 -u a few times
-// (EBUSY while the kernel drains), then a lazy unmount.
-func unmountRetry(dir string) error {
-	for i := 0; i < 20; i++ {
-		ok, err := isMounted(dir)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return nil
-		}
-		if err := exec.Command("fusermount3", "-u", dir).Run(); err == nil {
-			continue
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if out, err := exec.Command("fusermount3", "-uz", dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("lazy unmount of %s failed: %v: %s", dir, err, bytes.TrimSpace(out))
-	}
-	return fmt.Errorf("%s stayed busy; lazily unmounted", dir)
-}
-
-// isMounted reports whether dir is a mountpoint, from /proc/self/mountinfo
-// only (never touching dir, which could hang on a frozen mount).
-func isMounted(dir string) (bool, error) {
-	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(filepath.Clean(dir)))
-	return len(mounts) > 0, err
+	_ = mounts.Unmount(context.Background(), fs.Dir)
 }
 
 // Run runs the fencefs binary with args (and the gateway's environment plus
