@@ -266,6 +266,7 @@ func (n *fileNode) download(ctx context.Context, f *os.File, etag string, size i
 // locks), which lets it write its intent ahead of the commit.
 // LOCKS_REQUIRED(n.mu)
 func (n *fileNode) markDirtyLocked() bool {
+	defer n.checkInvariantsLocked()
 	n.gen++
 	n.openChangeOnly = false
 	if n.dirty {
@@ -311,6 +312,7 @@ func (n *fileNode) baseLocked() fencing.Version {
 
 // LOCKS_REQUIRED(n.mu)
 func (n *fileNode) setCleanLocked() {
+	defer n.checkInvariantsLocked()
 	n.noStream = false
 	n.openChangeOnly = false
 	n.stageErr = nil

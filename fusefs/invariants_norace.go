@@ -1,0 +1,5 @@
+//go:build !race
+
+package fusefs
+
+const invariantChecks = false
