@@ -25,9 +25,11 @@ import (
 // Writes are group commits: callers join the next write that has not
 // started, so any number of concurrent commits share one request.
 
-// journal is the intent journal of one binding. All fields are
-// GUARDED_BY(g.mu) except the constants name, epoch and claim.
+// journal is the intent journal of one binding: the object's storage
+// protocol (journalio.go) needs only the bucket (objects). All fields are
+// GUARDED_BY(g.mu) except the constants objects, name, epoch and claim.
 type journal struct {
+	objects
 	name  string
 	epoch uint64
 	claim string
@@ -56,12 +58,13 @@ func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
 	}
 	g.mu.Unlock()
 	jr := &journal{
+		objects: g.objects,
 		name:    g.lay.intent(ts.token, ts.claim[:min(8, len(ts.claim))]+"-"+randomID(8)),
 		epoch:   ts.token,
 		claim:   ts.claim,
 		orphans: map[string]map[string]bool{},
 	}
-	etag, err := g.createJournalObject(ctx, jr, g.journalDoc(jr, 0, nil))
+	etag, err := jr.create(ctx, jr.doc(0, nil))
 	if err != nil {
 		return err
 	}
@@ -72,10 +75,10 @@ func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
 	return nil
 }
 
-// journalDoc is the content of jr's write number seq: every live intent's
-// key and bases (live maps key → bases; nil means none) plus the orphans.
-// LOCKS_REQUIRED(g.mu) when live is taken from g.intents.
-func (g *Guard) journalDoc(jr *journal, seq uint64, live map[string]map[string]bool) intentDoc {
+// doc is the content of jr's write number seq: every live intent's key
+// and bases (live maps key → bases; nil means none) plus the orphans.
+// LOCKS_REQUIRED(g.mu) (jr.orphans) unless jr is not shared yet.
+func (jr *journal) doc(seq uint64, live map[string]map[string]bool) intentDoc {
 	keys := map[string]map[string]bool{}
 	for k, bs := range jr.orphans {
 		keys[k] = maps.Clone(bs)
@@ -86,8 +89,8 @@ func (g *Guard) journalDoc(jr *journal, seq uint64, live map[string]map[string]b
 		}
 		maps.Copy(keys[k], bs)
 	}
-	doc := intentDoc{Format: FormatVersion, Epoch: jr.epoch, Holder: g.holder, ClaimID: jr.claim,
-		Journal: true, Seq: seq, Written: g.cfg.Now().UTC(), Keys: []intentEntry{}}
+	doc := intentDoc{Format: FormatVersion, Epoch: jr.epoch, Holder: jr.holder, ClaimID: jr.claim,
+		Journal: true, Seq: seq, Written: jr.now().UTC(), Keys: []intentEntry{}}
 	for _, k := range sortedKeys(keys) {
 		doc.Keys = append(doc.Keys, intentEntry{Key: k, Bases: sortedKeys(keys[k])})
 	}
@@ -143,7 +146,7 @@ func (g *Guard) writeJournal(r *batchRun[error]) error {
 	}
 	jr.next = max(jr.next, jr.seq) + 1
 	seq := jr.next
-	doc := g.journalDoc(jr, seq, live)
+	doc := jr.doc(seq, live)
 	prev := jr.etag
 	check := g.cfg.Now().Sub(g.regChecked) >= regCheckEvery
 	if check {
@@ -161,7 +164,7 @@ func (g *Guard) writeJournal(r *batchRun[error]) error {
 		}()
 	}
 
-	etag, err := g.casJournal(ctx, jr, prev, doc, g.noteRegister)
+	etag, err := jr.cas(ctx, prev, doc, g.noteRegister)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err != nil {

@@ -11,27 +11,28 @@ import (
 )
 
 // The storage protocol of intent journal objects (see journal.go for what
-// they are): creating one, the conditional writes of its owner, and the
-// seal of a newer binder. These need only the bucket (objects); the
+// they are): creating one and the conditional writes of its owner
+// (methods of journal), and the seal of a newer binder (of objects: the
+// journal is another Guard's). These need only the bucket (objects); the
 // Guard's journal.go keeps what is in memory (the live intents, the group
 // commits) and latches the fenced state these report.
 
-// createJournalObject creates the journal object of jr holding doc, with
+// create creates the journal object of jr holding doc, with
 // If-None-Match:*, and returns its ETag. A lost response of the create is
 // found by reading the object back; a refusal other than a precondition is
 // tried again a few times. Errors wrap ErrUnverified.
-func (o objects) createJournalObject(ctx context.Context, jr *journal, doc intentDoc) (string, error) {
+func (jr *journal) create(ctx context.Context, doc intentDoc) (string, error) {
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return "", err
 	}
 	var etag string
 	put := func() error {
-		info, err := o.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
+		info, err := jr.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
 			Cond: objstore.Condition{IfNoneMatch: true}, Shape: objstore.ShapePlain, ContentType: "application/json"})
 		if errors.Is(err, objstore.ErrPrecondition) || isTransient(err) && objstore.MaybeApplied(err) {
 			// A lost response of our own create (the name is random).
-			cur, curETag, rerr := o.readIntent(ctx, jr.name)
+			cur, curETag, rerr := jr.readIntent(ctx, jr.name)
 			if rerr == nil && cur.ClaimID == jr.claim && cur.Seq == 0 && cur.Sealed == nil {
 				etag = curETag
 				return nil
@@ -63,33 +64,33 @@ func (o objects) createJournalObject(ctx context.Context, jr *journal, doc inten
 	return etag, nil
 }
 
-// casJournal writes doc over the journal version prev, retrying transient
+// cas writes doc over the journal version prev, retrying transient
 // failures with the same precondition; a refused precondition is resolved
 // by reading the journal: our own write (a lost response), a seal or a
 // removal by a newer binder (ErrFenced, whose reason the caller latches;
 // a register read on the way is passed to seen) or anything else
 // (ErrUnverified).
-func (o objects) casJournal(ctx context.Context, jr *journal, prev string, doc intentDoc, seen func(Register, string)) (string, error) {
+func (jr *journal) cas(ctx context.Context, prev string, doc intentDoc, seen func(Register, string)) (string, error) {
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return "", err
 	}
 	adopted := 0
 	for attempt := 0; attempt < 6; attempt++ {
-		info, err := o.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
+		info, err := jr.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
 			Cond: objstore.Condition{IfMatch: prev}, Shape: objstore.ShapePlain, ContentType: "application/json"})
 		switch {
 		case err == nil:
 			return objstore.NormalizeETag(info.ETag), nil
 		case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
-			cur, etag, rerr := o.readIntent(ctx, jr.name)
+			cur, etag, rerr := jr.readIntent(ctx, jr.name)
 			switch {
 			case errors.Is(rerr, objstore.ErrNotFound):
 				// Only a sweep of a newer binding (or gc after one)
 				// removes another Guard's journal: it was sealed, swept
 				// and deleted. The register names the newer binding.
 				reason := fmt.Sprintf("our intent journal (epoch %d) was removed by a newer epoch's sweep (or by hand)", jr.epoch)
-				if reg, etag, exists, err := o.readRegister(ctx); err == nil && exists {
+				if reg, etag, exists, err := jr.readRegister(ctx); err == nil && exists {
 					seen(reg, etag)
 					if v, r := classifyRegister(reg, jr.epoch, jr.claim); v == verdictFenced {
 						reason = r + "; it removed our intent journal"
@@ -118,7 +119,7 @@ func (o objects) casJournal(ctx context.Context, jr *journal, prev string, doc i
 			// The store retried already. A write whose response was lost
 			// may have landed: read the journal back once.
 			if objstore.MaybeApplied(err) {
-				if cur, etag, rerr := o.readIntent(ctx, jr.name); rerr == nil && cur.Sealed == nil && cur.ClaimID == jr.claim && cur.Seq == doc.Seq {
+				if cur, etag, rerr := jr.readIntent(ctx, jr.name); rerr == nil && cur.Sealed == nil && cur.ClaimID == jr.claim && cur.Seq == doc.Seq {
 					return etag, nil
 				}
 			}
