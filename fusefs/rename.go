@@ -13,6 +13,7 @@ import (
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -452,34 +453,13 @@ func (fsys *filesystem) reserved(ctx context.Context, n int, intent func(i int) 
 // parallel runs fn for 0..n-1 with at most renameParallelism at a time and
 // returns the first error (the others are cancelled).
 func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sem := make(chan struct{}, renameParallelism)
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	for i := 0; i < n; i++ {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := fn(ctx, i); err != nil {
-				once.Do(func() { first = err; cancel() })
-			}
-		}()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(renameParallelism)
+	for i := 0; i < n && gctx.Err() == nil; i++ {
+		g.Go(func() error { return fn(gctx, i) })
 	}
-	wg.Wait()
-	if first == nil && ctx.Err() != nil {
-		return ctx.Err()
+	if err := g.Wait(); err != nil {
+		return err
 	}
-	return first
+	return ctx.Err() // cancelled before every fn ran
 }
