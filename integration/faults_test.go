@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -74,43 +76,39 @@ func TestPartitionedLeaderFailsClosedThenIsFenced(t *testing.T) {
 	}
 }
 
-// waitForUpload polls until a multipart upload of key is in progress.
-func waitForUpload(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket, key string) {
+// uploadIDs lists the multipart uploads in progress of key.
+func uploadIDs(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket, key string) []string {
 	t.Helper()
-	for ctx.Err() == nil {
-		for u := range gw.Client().ListIncompleteUploads(ctx, bucket, key, false) {
-			if u.Err == nil && u.Key == key {
-				return
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("no multipart upload of %s started", key)
-}
-
-func incompleteUploads(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket string) []string {
-	t.Helper()
-	var keys []string
-	for u := range gw.Client().ListIncompleteUploads(ctx, bucket, "", true) {
+	var ids []string
+	for u := range gw.Client().ListIncompleteUploads(ctx, bucket, key, false) {
 		if u.Err != nil {
 			t.Fatalf("list uploads: %v", u.Err)
 		}
-		keys = append(keys, u.Key)
+		if u.Key == key {
+			ids = append(ids, u.UploadID)
+		}
 	}
-	return keys
+	return ids
 }
 
-// TestKillDuringMultipartUploadLeavesNoPartialObject kills A (-9) while it
-// uploads a large file (its parts go out while it is written, before
-// close): the key keeps its old content, a restarted mount with
-// the same token and holder writes again, and `fencefs gc` clears the
-// abandoned upload.
+// TestKillDuringMultipartUploadLeavesNoPartialObject kills A (-9) in the
+// middle of a multipart upload: its close is held by a failpoint after the
+// parts went out (they are uploaded while the file is written) and right
+// before CompleteMultipartUpload. The key keeps its old content, the
+// killed upload stays behind, a restarted mount with the same token and
+// holder writes again, and `fencefs gc` aborts the leftover upload.
 func TestKillDuringMultipartUploadLeavesNoPartialObject(t *testing.T) {
 	gw := gateway.ForTest(t)
 	bucket := gateway.NewBucket(t, gw)
-	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
+	pause := filepath.Join(t.TempDir(), "pause")
+	a := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
+		Env: []string{"FENCEFS_FAILPOINTS=after-validate@big=pause-file:" + pause}},
+		"--token", "17", "--holder", "A")
 	old := []byte("the old version")
-	if err := os.WriteFile(a.Path("big"), old, 0o644); err != nil {
+	if err := os.WriteFile(a.Path("big"), old, 0o644); err != nil { // no pause file yet: not held
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pause, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	big := bytes.Repeat([]byte("0123456789abcdef"), (96<<20)/16)
@@ -118,17 +116,26 @@ func TestKillDuringMultipartUploadLeavesNoPartialObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A large sequential write is uploaded while it is written: the
-	// multipart upload is in progress before close.
 	if _, err := f.Write(big); err != nil {
 		t.Fatal(err)
 	}
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close() }()
+	waitPaused(t, pause, closed)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	waitForUpload(ctx, t, gw, bucket, "big")
+	killed := uploadIDs(ctx, t, gw, bucket, "big")
+	if len(killed) != 1 {
+		t.Fatalf("uploads of big in progress at the failpoint: %v, want the one being committed", killed)
+	}
 	a.Kill()
-	if err := f.Close(); err == nil {
-		t.Fatal("close on a killed mount succeeded")
+	select {
+	case err := <-closed:
+		if err == nil {
+			t.Fatal("close on a killed mount succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("close still blocked 30 s after the mount was killed")
 	}
 	if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, old) {
 		t.Fatalf("after kill -9 mid-upload the object holds %d bytes (%.20q), want the old version", len(got.body), got.body)
@@ -142,15 +149,15 @@ func TestKillDuringMultipartUploadLeavesNoPartialObject(t *testing.T) {
 	if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, big) {
 		t.Fatalf("after restart the object holds %d bytes, want %d", len(got.body), len(big))
 	}
-	if len(incompleteUploads(ctx, t, gw, bucket)) == 0 {
-		t.Log("the killed upload left nothing behind (aborted on its own)")
+	if left := uploadIDs(ctx, t, gw, bucket, "big"); !slices.Equal(left, killed) {
+		t.Fatalf("uploads of big before gc: %v, want only the killed one %v", left, killed)
 	}
 	out, err := harness.Run(ctx, t, gw, nil, "gc", bucket, "--endpoint", gw.Endpoint, "--upload-age", "0s")
 	if err != nil {
 		t.Fatalf("fencefs gc: %v\n%s", err, out)
 	}
-	if left := incompleteUploads(ctx, t, gw, bucket); len(left) != 0 {
-		t.Fatalf("incomplete uploads after gc: %v\n%s", left, out)
+	if left := uploadIDs(ctx, t, gw, bucket, "big"); len(left) != 0 {
+		t.Fatalf("uploads of big after gc: %v\n%s", left, out)
 	}
 }
 
