@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/spf13/viper"
 )
 
 // GroupEtcd is the etcd connection of `fencefs run --etcd`. It is not in
@@ -83,14 +81,8 @@ func (e *Etcd) Secrets() []string {
 // same way) and validates them. Errors are *Error values naming the key and
 // where it was set; they never contain the password.
 func LoadEtcd(src Source) (*Etcd, error) {
-	l := &loader{src: src, v: viper.New(), opts: map[string]optVal{}, inFile: map[string]bool{}}
-	if err := checkEtcdEnv(); err != nil {
-		return nil, err
-	}
-	if err := l.readFile(); err != nil {
-		return nil, err
-	}
-	if err := l.bind(etcdSettings); err != nil {
+	l := newLoader(src)
+	if err := l.read(checkEtcdEnv, etcdSettings); err != nil {
 		return nil, err
 	}
 	e, err := l.buildEtcd()

@@ -93,18 +93,12 @@ type loader struct {
 // complete (the mount command). Errors name the key (and where it was set)
 // and the accepted values, and never contain a secret.
 func Load(src Source, requireMount bool) (*Config, error) {
-	l := &loader{src: src, v: viper.New(), opts: map[string]optVal{}, inFile: map[string]bool{}}
+	l := newLoader(src)
 	ro, err := l.parseOptions()
 	if err != nil {
 		return nil, err
 	}
-	if err := checkEnv(); err != nil {
-		return nil, err
-	}
-	if err := l.readFile(); err != nil {
-		return nil, err
-	}
-	if err := l.bind(settings); err != nil {
+	if err := l.read(checkEnv, settings); err != nil {
 		return nil, err
 	}
 	for key, o := range l.opts {
@@ -146,6 +140,22 @@ func Load(src Source, requireMount bool) (*Config, error) {
 		return nil, l.withOrigin(err)
 	}
 	return c, nil
+}
+
+func newLoader(src Source) *loader {
+	return &loader{src: src, v: viper.New(), opts: map[string]optVal{}, inFile: map[string]bool{}}
+}
+
+// read refuses unknown variables (checkEnv), reads the config file and
+// gives viper the defaults, variables and flags of list.
+func (l *loader) read(checkEnv func() error, list []Setting) error {
+	if err := checkEnv(); err != nil {
+		return err
+	}
+	if err := l.readFile(); err != nil {
+		return err
+	}
+	return l.bind(list)
 }
 
 func mustSetting(key string) Setting {

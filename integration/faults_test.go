@@ -76,6 +76,25 @@ func TestPartitionedLeaderFailsClosedThenIsFenced(t *testing.T) {
 	}
 }
 
+// writeThenClose opens path for writing (with flag's extra bits), writes
+// body and closes the file in a goroutine, whose close error the returned
+// channel delivers: the commit of a large file, which may block, runs while
+// the test goes on.
+func writeThenClose(t *testing.T, path string, flag int, body []byte) chan error {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|flag, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(body); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close() }()
+	return closed
+}
+
 // uploadIDs lists the multipart uploads in progress of key.
 func uploadIDs(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket, key string) []string {
 	t.Helper()
@@ -112,15 +131,7 @@ func TestKillDuringMultipartUploadLeavesNoPartialObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := bytes.Repeat([]byte("0123456789abcdef"), (96<<20)/16)
-	f, err := os.OpenFile(a.Path("big"), os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(big); err != nil {
-		t.Fatal(err)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- f.Close() }()
+	closed := writeThenClose(t, a.Path("big"), os.O_TRUNC, big)
 	waitPaused(t, pause, closed)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

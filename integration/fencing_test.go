@@ -176,15 +176,7 @@ func TestFrozenLeaderCannotLandWritesAfterTakeover(t *testing.T) {
 	// A large file: its multipart upload starts while it is written and
 	// completes at close.
 	big := bytes.Repeat([]byte("A-big-"), (96<<20)/6)
-	bigF, err := os.Create(a.Path("big"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bigF.Write(big); err != nil {
-		t.Fatal(err)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- bigF.Close() }()
+	closed := writeThenClose(t, a.Path("big"), os.O_CREATE|os.O_TRUNC, big)
 
 	// Freeze A as soon as its upload is under way (or its close returned).
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -52,6 +52,19 @@ func openAdmin(ctx context.Context, cmd *cobra.Command, target string, reg prome
 	return &adminEnv{cfg: cfg, log: log, store: store, close: closeLog}, nil
 }
 
+// withAdmin runs fn on the store of BUCKET[/PREFIX] target (openAdmin,
+// without metrics) within timeout, and closes what openAdmin opened.
+func withAdmin(cmd *cobra.Command, target string, timeout time.Duration, fn func(ctx context.Context, env *adminEnv) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	env, err := openAdmin(ctx, cmd, target, nil)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	return fn(ctx, env)
+}
+
 func addAdminFlags(cmd *cobra.Command, groups config.Group) {
 	config.RegisterFlags(cmd.Flags(), groups|config.GroupS3|config.GroupLog)
 }

@@ -43,32 +43,27 @@ func newEpochShowCmd() *cobra.Command {
 		Short: "Show the epoch register, its holder and the recent epochs",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-			defer cancel()
-			env, err := openAdmin(ctx, cmd, args[0], nil)
-			if err != nil {
-				return err
-			}
-			defer env.close()
-			v := &registerView{Bucket: env.cfg.S3.Bucket, Domain: env.cfg.DomainKeyPrefix(), Recent: []uint64{}}
-			reg, recent, err := fencing.ReadRegister(ctx, env.store, env.cfg.DomainKeyPrefix())
-			switch {
-			case errors.Is(err, objstore.ErrNotFound):
-			case err != nil:
-				return explainStoreErr(env.cfg, err)
-			default:
-				v.Exists, v.Reg = true, &reg
-			}
-			for i := len(recent) - 1; i >= 0; i-- {
-				v.Recent = append(v.Recent, recent[i])
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(v)
-			}
-			return printRegisterView(out, v)
+			return withAdmin(cmd, args[0], adminTimeout, func(ctx context.Context, env *adminEnv) error {
+				v := &registerView{Bucket: env.cfg.S3.Bucket, Domain: env.cfg.DomainKeyPrefix(), Recent: []uint64{}}
+				reg, recent, err := fencing.ReadRegister(ctx, env.store, env.cfg.DomainKeyPrefix())
+				switch {
+				case errors.Is(err, objstore.ErrNotFound):
+				case err != nil:
+					return explainStoreErr(env.cfg, err)
+				default:
+					v.Exists, v.Reg = true, &reg
+				}
+				for i := len(recent) - 1; i >= 0; i-- {
+					v.Recent = append(v.Recent, recent[i])
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					return enc.Encode(v)
+				}
+				return printRegisterView(out, v)
+			})
 		},
 	}
 	addAdminFlags(cmd, 0)
@@ -123,28 +118,23 @@ holder name, so a new leader usually mounts with N+1 (or auto).`,
 			if err != nil {
 				return usageError{fmt.Errorf("N: %v", err)}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-			defer cancel()
-			env, err := openAdmin(ctx, cmd, args[0], nil)
-			if err != nil {
-				return err
-			}
-			defer env.close()
-			fcfg := fencingConfig(env.cfg, env.log, nil)
-			if fcfg.Holder == "" {
-				fcfg.Holder = "fencefs-epoch-raise"
-				if h, err := os.Hostname(); err == nil {
-					fcfg.Holder += "-" + sanitizeHolder(h)
+			return withAdmin(cmd, args[0], adminTimeout, func(ctx context.Context, env *adminEnv) error {
+				fcfg := fencingConfig(env.cfg, env.log, nil)
+				if fcfg.Holder == "" {
+					fcfg.Holder = "fencefs-epoch-raise"
+					if h, err := os.Hostname(); err == nil {
+						fcfg.Holder += "-" + sanitizeHolder(h)
+					}
 				}
-			}
-			start := time.Now()
-			got, err := fencing.Raise(ctx, env.store, fcfg, n)
-			if err != nil {
-				return fmt.Errorf("cannot raise the epoch of bucket %q to %s: %w", env.cfg.S3.Bucket, args[1], explainStoreErr(env.cfg, err))
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "bucket %s: epoch raised to %d (holder %s) in %v; writers with older tokens are fenced\n",
-				env.cfg.S3.Bucket, got, fcfg.Holder, time.Since(start).Round(time.Millisecond))
-			return nil
+				start := time.Now()
+				got, err := fencing.Raise(ctx, env.store, fcfg, n)
+				if err != nil {
+					return fmt.Errorf("cannot raise the epoch of bucket %q to %s: %w", env.cfg.S3.Bucket, args[1], explainStoreErr(env.cfg, err))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "bucket %s: epoch raised to %d (holder %s) in %v; writers with older tokens are fenced\n",
+					env.cfg.S3.Bucket, got, fcfg.Holder, time.Since(start).Round(time.Millisecond))
+				return nil
+			})
 		},
 	}
 	addAdminFlags(cmd, 0)

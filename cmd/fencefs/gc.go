@@ -36,65 +36,60 @@ The register and the epoch reservations are never touched. With --dry-run
 nothing is removed. Progress is shown on a terminal; -v lists every item.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 6*adminTimeout)
-			defer cancel()
-			env, err := openAdmin(ctx, cmd, args[0], nil)
-			if err != nil {
-				return err
-			}
-			defer env.close()
-			out := cmd.OutOrStdout()
-			p := newProgress(os.Stderr)
-			now := time.Now()
-			domain := env.cfg.DomainKeyPrefix()
-			var seen [3]int
-			opts := fencing.GCOptions{
-				Domain:                domain,
-				Prefix:                strings.TrimPrefix(env.cfg.S3.Prefix, domain),
-				TombstonesBefore:      now.Add(-tombstoneAge),
-				UploadsBefore:         now.Add(-uploadAge),
-				SignedRequestValidity: env.cfg.Fence.SignedRequestValidity,
-				DryRun:                dryRun,
-				Report: func(it fencing.GCItem) {
-					switch it.Kind {
-					case "intent":
-						seen[0]++
-					case "tombstone":
-						seen[1]++
-					case "upload":
-						seen[2]++
-					}
-					p.update("gc: %d intents, %d tombstones, %d uploads", seen[0], seen[1], seen[2])
-					if it.Err != nil {
-						env.log.Error("gc: cannot remove", "kind", it.Kind, "key", it.Key, "err", it.Err)
-					}
-					if verbose || it.Err != nil {
-						p.clear()
-						status := "removed"
-						if dryRun {
-							status = "would remove"
+			return withAdmin(cmd, args[0], 6*adminTimeout, func(ctx context.Context, env *adminEnv) error {
+				out := cmd.OutOrStdout()
+				p := newProgress(os.Stderr)
+				now := time.Now()
+				domain := env.cfg.DomainKeyPrefix()
+				var seen [3]int
+				opts := fencing.GCOptions{
+					Domain:                domain,
+					Prefix:                strings.TrimPrefix(env.cfg.S3.Prefix, domain),
+					TombstonesBefore:      now.Add(-tombstoneAge),
+					UploadsBefore:         now.Add(-uploadAge),
+					SignedRequestValidity: env.cfg.Fence.SignedRequestValidity,
+					DryRun:                dryRun,
+					Report: func(it fencing.GCItem) {
+						switch it.Kind {
+						case "intent":
+							seen[0]++
+						case "tombstone":
+							seen[1]++
+						case "upload":
+							seen[2]++
 						}
+						p.update("gc: %d intents, %d tombstones, %d uploads", seen[0], seen[1], seen[2])
 						if it.Err != nil {
-							status = "FAILED: " + it.Err.Error()
+							env.log.Error("gc: cannot remove", "kind", it.Kind, "key", it.Key, "err", it.Err)
 						}
-						fmt.Fprintf(out, "%-9s %s (%s): %s\n", it.Kind, it.Key, it.Reason, status)
-					}
-				},
-			}
-			res, err := fencing.GC(ctx, env.store, opts)
-			p.clear()
-			verb := "removed"
-			if dryRun {
-				verb = "would remove"
-			}
-			fmt.Fprintf(out, "%s %d intents, %d tombstones, %d incomplete uploads; %d failed\n", verb, res.Intents, res.Tombstones, res.Uploads, res.Failed)
-			if err != nil {
-				return explainStoreErr(env.cfg, err)
-			}
-			if res.Failed > 0 {
-				return fmt.Errorf("%d removals failed", res.Failed)
-			}
-			return nil
+						if verbose || it.Err != nil {
+							p.clear()
+							status := "removed"
+							if dryRun {
+								status = "would remove"
+							}
+							if it.Err != nil {
+								status = "FAILED: " + it.Err.Error()
+							}
+							fmt.Fprintf(out, "%-9s %s (%s): %s\n", it.Kind, it.Key, it.Reason, status)
+						}
+					},
+				}
+				res, err := fencing.GC(ctx, env.store, opts)
+				p.clear()
+				verb := "removed"
+				if dryRun {
+					verb = "would remove"
+				}
+				fmt.Fprintf(out, "%s %d intents, %d tombstones, %d incomplete uploads; %d failed\n", verb, res.Intents, res.Tombstones, res.Uploads, res.Failed)
+				if err != nil {
+					return explainStoreErr(env.cfg, err)
+				}
+				if res.Failed > 0 {
+					return fmt.Errorf("%d removals failed", res.Failed)
+				}
+				return nil
+			})
 		},
 	}
 	addAdminFlags(cmd, 0)

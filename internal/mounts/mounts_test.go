@@ -52,14 +52,21 @@ func TestUnmountRemovesAMountAndItsServerExits(t *testing.T) {
 	}
 }
 
-func TestUnmountOfABusyMountFallsBackOnALazyUnmount(t *testing.T) {
+// busyMount mounts a fresh bucket and keeps a file open on it until the
+// test ends, so that fusermount3 -u fails with EBUSY.
+func busyMount(t *testing.T) *harness.FS {
 	fs := mount(t)
 	f, err := os.Create(fs.Path("held-open"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	err = mounts.Unmount(context.Background(), fs.Dir)
+	t.Cleanup(func() { f.Close() })
+	return fs
+}
+
+func TestUnmountOfABusyMountFallsBackOnALazyUnmount(t *testing.T) {
+	fs := busyMount(t)
+	err := mounts.Unmount(context.Background(), fs.Dir)
 	if err == nil || !strings.Contains(err.Error(), fs.Dir+" stayed busy; lazily unmounted") {
 		t.Fatalf("Unmount of a mount with an open file = %v, want the lazy fallback reported", err)
 	}
@@ -69,12 +76,7 @@ func TestUnmountOfABusyMountFallsBackOnALazyUnmount(t *testing.T) {
 }
 
 func TestUnmountStopsWhenItsContextEnds(t *testing.T) {
-	fs := mount(t)
-	f, err := os.Create(fs.Path("held-open"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	fs := busyMount(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := mounts.Unmount(ctx, fs.Dir); err == nil || !strings.Contains(err.Error(), "context canceled") {
