@@ -199,6 +199,16 @@ var bucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 // and the accepted values. requireMount says whether the mount settings
 // (mountpoint) must be present; other commands pass false.
 func (c *Config) Validate(requireMount bool) error {
+	for _, check := range []func() error{c.validateS3, c.validateFence, func() error { return c.validateMount(requireMount) }, c.validateLog} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateS3 checks the s3.* keys.
+func (c *Config) validateS3() error {
 	if c.S3.Bucket == "" {
 		return keyErr("s3.bucket", "missing (give BUCKET[/PREFIX] as the first argument)")
 	}
@@ -231,7 +241,26 @@ func (c *Config) Validate(requireMount bool) error {
 			return keyErr("s3.ca_file", "cannot read %s: %v", c.S3.CAFile, errors.Unwrap(err))
 		}
 	}
+	if c.S3.Timeout <= 0 {
+		return keyErr("s3.timeout", "%v is not positive (accepted: a duration such as 30s)", c.S3.Timeout)
+	}
+	if c.S3.ConnectTimeout <= 0 {
+		return keyErr("s3.connect_timeout", "%v is not positive (accepted: a duration such as 5s)", c.S3.ConnectTimeout)
+	}
+	if c.S3.RetryDeadline <= 0 {
+		return keyErr("s3.retry_deadline", "%v is not positive (accepted: a duration such as 15s)", c.S3.RetryDeadline)
+	}
+	if c.S3.Concurrency < 1 || c.S3.Concurrency > 64 {
+		return keyErr("s3.concurrency", "%d is out of range (accepted: 1 to 64)", c.S3.Concurrency)
+	}
+	if c.S3.PartSizeMiB < 5 || c.S3.PartSizeMiB > 5120 {
+		return keyErr("s3.part_size_mib", "%d is out of range (accepted: 5 to 5120)", c.S3.PartSizeMiB)
+	}
+	return nil
+}
 
+// validateFence checks the fence.* keys.
+func (c *Config) validateFence() error {
 	switch c.Fence.Mode {
 	case ModeStrict, ModeFast, ModeOff:
 	default:
@@ -259,21 +288,6 @@ func (c *Config) Validate(requireMount bool) error {
 	if c.Fence.Token != "" && c.Fence.TokenFile != "" {
 		return keyErr("fence.token", "set together with fence.token_file (accepted: one token source)")
 	}
-	if c.S3.Timeout <= 0 {
-		return keyErr("s3.timeout", "%v is not positive (accepted: a duration such as 30s)", c.S3.Timeout)
-	}
-	if c.S3.ConnectTimeout <= 0 {
-		return keyErr("s3.connect_timeout", "%v is not positive (accepted: a duration such as 5s)", c.S3.ConnectTimeout)
-	}
-	if c.S3.RetryDeadline <= 0 {
-		return keyErr("s3.retry_deadline", "%v is not positive (accepted: a duration such as 15s)", c.S3.RetryDeadline)
-	}
-	if c.S3.Concurrency < 1 || c.S3.Concurrency > 64 {
-		return keyErr("s3.concurrency", "%d is out of range (accepted: 1 to 64)", c.S3.Concurrency)
-	}
-	if c.S3.PartSizeMiB < 5 || c.S3.PartSizeMiB > 5120 {
-		return keyErr("s3.part_size_mib", "%d is out of range (accepted: 5 to 5120)", c.S3.PartSizeMiB)
-	}
 	if c.Fence.SignedRequestValidity <= 0 {
 		return keyErr("fence.signed_request_validity", "%v is not positive (accepted: a duration such as 15m)", c.Fence.SignedRequestValidity)
 	}
@@ -283,7 +297,12 @@ func (c *Config) Validate(requireMount bool) error {
 	if !validHolder(c.Fence.Holder) {
 		return keyErr("fence.holder", "%q is not a valid holder name (accepted: up to 128 printable ASCII characters, without ',' or '@' and without surrounding blanks)", c.Fence.Holder)
 	}
+	return nil
+}
 
+// validateMount checks the mount.* keys (the mountpoint only when
+// requireMount).
+func (c *Config) validateMount(requireMount bool) error {
 	if requireMount {
 		if c.Mount.Mountpoint == "" {
 			return keyErr("mountpoint", "missing (give MOUNTPOINT as the second argument)")
@@ -314,7 +333,11 @@ func (c *Config) Validate(requireMount bool) error {
 	if c.Mount.MaxDirRename < 0 {
 		return keyErr("mount.max_dir_rename", "%d is negative (accepted: a number >= 0)", c.Mount.MaxDirRename)
 	}
+	return nil
+}
 
+// validateLog checks the log.* and metrics.* keys.
+func (c *Config) validateLog() error {
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
