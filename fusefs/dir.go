@@ -35,9 +35,10 @@ type dirNode struct {
 	changed time.Time // GUARDED_BY(mu)
 }
 
-// noteRemoval records that an entry left d through this mount.
+// noteRemoval records that name left d through this mount.
 // LOCKS_EXCLUDED(d.mu)
-func (d *dirNode) noteRemoval() {
+func (d *dirNode) noteRemoval(name string) {
+	d.dropPrefetch(name)
 	d.mu.Lock()
 	d.emptied = true
 	d.changed = time.Now()
@@ -446,7 +447,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		err = d.unlink(ctx, name, key)
 	}
 	if err == nil {
-		d.noteRemoval()
+		d.noteRemoval(name)
 	}
 	return d.fsys.errno("unlink", key, err)
 }
@@ -511,7 +512,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 		err = d.rmdir(ctx, name, key+"/")
 	}
 	if err == nil {
-		d.noteRemoval()
+		d.noteRemoval(name)
 	}
 	return d.fsys.errno("rmdir", key, err)
 }

@@ -193,6 +193,7 @@ func killPrivOnChown(ch setattrChange, a *posixAttr) {
 
 // entryAdded records that name was added to d through this mount.
 func (d *dirNode) entryAdded(name string) {
+	d.dropPrefetch(name)
 	d.names.add(name)
 	d.mu.Lock()
 	d.changed = time.Now()

@@ -153,6 +153,22 @@ func (d *dirNode) prefetched(ctx context.Context, name string) (resolved, bool) 
 	return pf.r, true
 }
 
+// dropPrefetch forgets name's prefetched version, when this mount adds,
+// removes or renames the name: a HEAD from before the change must not
+// answer a lookup after it (a FIFO listed, unlinked and made again was
+// EEXIST: pjdfstest mkfifo/00.t).
+func (d *dirNode) dropPrefetch(name string) {
+	p := &d.pre
+	p.mu.Lock()
+	if p.byName[name] != nil {
+		delete(p.byName, name)
+		if p.claimed != nil {
+			p.claimed[name] = true // a queued HEAD is skipped
+		}
+	}
+	p.mu.Unlock()
+}
+
 // listedUnchanged reports whether a listed object is the version info
 // describes: same ETag and size, and the same date to the second (HEAD
 // dates have no sub-second part).

@@ -50,7 +50,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		err = d.rename(ctx, name, srcKey, np, newName, dstKey, flags&unix.RENAME_NOREPLACE != 0)
 		if err == nil {
 			np.entryAdded(newName)
-			d.noteRemoval()
+			d.noteRemoval(name)
 		}
 	}
 	return d.fsys.errno("rename", srcKey+" -> "+dstKey, err)

@@ -279,3 +279,32 @@ func TestDirectoryTimesMoveWhenEntriesComeAndGo(t *testing.T) {
 func timespecAfter(a, b syscall.Timespec) bool {
 	return a.Sec > b.Sec || (a.Sec == b.Sec && a.Nsec > b.Nsec)
 }
+
+// TestNameUnlinkedAfterAListingIsGone lists a directory (which reads ahead
+// the metadata of what it shows), unlinks a FIFO and a file through the
+// mount and makes them again: what was read ahead before the unlink must not
+// answer the lookups after it (the FIFO came back as EEXIST).
+func TestNameUnlinkedAfterAListingIsGone(t *testing.T) {
+	gw := gateway.ForTest(t)
+	fs := harness.Mount(t, gw, gateway.NewBucket(t, gw), "--token", "1")
+	for round := 0; round < 3; round++ {
+		if err := syscall.Mkfifo(fs.Path("fifo"), 0o644); err != nil {
+			t.Fatalf("round %d: mkfifo: %v", round, err)
+		}
+		if err := fsWriteClose(fs.Path("file"), os.O_CREATE|os.O_WRONLY, "x"); err != nil {
+			t.Fatalf("round %d: create: %v", round, err)
+		}
+		if _, err := os.ReadDir(fs.Path()); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"fifo", "file"} {
+			if err := syscall.Unlink(fs.Path(name)); err != nil {
+				t.Fatalf("round %d: unlink %s: %v", round, name, err)
+			}
+			var st syscall.Stat_t
+			if err := syscall.Lstat(fs.Path(name), &st); fsErrno(err) != syscall.ENOENT {
+				t.Fatalf("round %d: lstat %s after its unlink: %v (mode %#o), want ENOENT", round, name, err, st.Mode)
+			}
+		}
+	}
+}
