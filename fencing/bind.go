@@ -1,12 +1,9 @@
 package fencing
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/fencefs/fencefs/objstore"
 )
@@ -245,16 +242,14 @@ func (g *Guard) sealOlder(ctx context.Context, n uint64, claim string) error {
 // ours (lost response, or our stable holder name); otherwise ErrBadToken.
 func (g *Guard) reserve(ctx context.Context, n uint64, claim string) error {
 	doc := reservation{Format: FormatVersion, Epoch: n, Holder: g.holder, ClaimID: claim, ReservedAt: g.cfg.Now().UTC()}
-	b, _ := json.Marshal(doc)
 	key := g.lay.reservation(n)
 	// One attempt: the store retries transient failures itself.
-	_, err := g.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
-		Cond: objstore.Condition{IfNoneMatch: true}, Shape: objstore.ShapePlain, ContentType: "application/json"})
+	_, err := g.putJSON(ctx, key, doc, objstore.Condition{IfNoneMatch: true})
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, objstore.ErrPrecondition) {
-		existing, rerr := readReservation(ctx, g.store, key)
+		existing, rerr := g.readReservation(ctx, key)
 		if rerr != nil {
 			return unverifiedErr("reading the reservation of epoch %d: %w", n, rerr)
 		}
@@ -264,23 +259,6 @@ func (g *Guard) reserve(ctx context.Context, n uint64, claim string) error {
 		return nil
 	}
 	return unverifiedErr("reserving epoch %d: %w", n, err)
-}
-
-func readReservation(ctx context.Context, store objstore.Store, key string) (reservation, error) {
-	rc, _, err := store.Get(ctx, key, objstore.GetOptions{})
-	if err != nil {
-		return reservation{}, err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
-	if err != nil {
-		return reservation{}, err
-	}
-	var r reservation
-	if err := decodeDoc("reservation "+key, b, &r, func() int { return r.Format }); err != nil {
-		return reservation{}, err
-	}
-	return r, nil
 }
 
 // raise seals the older epochs' intent journals (sealOlder), then raises
@@ -300,13 +278,11 @@ func (g *Guard) casRegister(ctx context.Context, prev Register, etag string, exi
 	if exists {
 		doc.PrevEpoch = prev.Epoch
 	}
-	b, _ := json.Marshal(doc)
 	cond := objstore.Condition{IfNoneMatch: true}
 	if exists {
 		cond = objstore.Condition{IfMatch: etag}
 	}
-	info, err := g.store.Put(ctx, g.lay.register(), bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
-		Cond: cond, Shape: objstore.ShapePlain, ContentType: "application/json"})
+	info, err := g.putJSON(ctx, g.lay.register(), doc, cond)
 	switch {
 	case err == nil:
 		g.noteRegister(doc, objstore.NormalizeETag(info.ETag))

@@ -132,7 +132,7 @@ func checkBinders(t *testing.T, ctx context.Context, store objstore.Store, resul
 	}
 	lay := newLayout("")
 	for n, h := range granted {
-		res, err := readReservation(ctx, store, lay.reservation(n))
+		res, err := objects{store: store}.readReservation(ctx, lay.reservation(n))
 		if err != nil {
 			t.Errorf("reservation of granted epoch %d: %v", n, err)
 		} else if res.Holder != h {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -484,7 +483,7 @@ func (g *Guard) runRound(*batchRun[valResult]) valResult {
 	g.mu.Lock()
 	cached, etag := g.reg, g.regETag
 	g.mu.Unlock()
-	rc, info, err := g.store.Get(ctx, g.lay.register(), objstore.GetOptions{IfNoneMatch: etag})
+	b, info, err := g.getSmall(ctx, g.lay.register(), objstore.GetOptions{IfNoneMatch: etag}, 1<<20)
 	switch {
 	case err == nil:
 	case errors.Is(err, objstore.ErrNotModified) && etag != "":
@@ -492,11 +491,6 @@ func (g *Guard) runRound(*batchRun[valResult]) valResult {
 	case errors.Is(err, objstore.ErrNotFound):
 		return valResult{err: unverifiedErr("the epoch register %s is missing", g.lay.register())}
 	default:
-		return valResult{err: unverifiedErr("reading the epoch register: %w", err)}
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
-	if err != nil {
 		return valResult{err: unverifiedErr("reading the epoch register: %w", err)}
 	}
 	reg, err := decodeRegister(b)

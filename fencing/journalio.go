@@ -1,7 +1,6 @@
 package fencing
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,8 +27,7 @@ func (jr *journal) create(ctx context.Context, doc intentDoc) (string, error) {
 	}
 	var etag string
 	put := func() error {
-		info, err := jr.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
-			Cond: objstore.Condition{IfNoneMatch: true}, Shape: objstore.ShapePlain, ContentType: "application/json"})
+		info, err := jr.putRaw(ctx, jr.name, b, objstore.Condition{IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPrecondition) || isTransient(err) && objstore.MaybeApplied(err) {
 			// A lost response of our own create (the name is random).
 			cur, curETag, rerr := jr.readIntent(ctx, jr.name)
@@ -77,8 +75,7 @@ func (jr *journal) cas(ctx context.Context, prev string, doc intentDoc, seen fun
 	}
 	adopted := 0
 	for attempt := 0; attempt < 6; attempt++ {
-		info, err := jr.store.Put(ctx, jr.name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
-			Cond: objstore.Condition{IfMatch: prev}, Shape: objstore.ShapePlain, ContentType: "application/json"})
+		info, err := jr.putRaw(ctx, jr.name, b, objstore.Condition{IfMatch: prev})
 		switch {
 		case err == nil:
 			return objstore.NormalizeETag(info.ETag), nil
@@ -162,8 +159,7 @@ func (o objects) sealJournal(ctx context.Context, ts tokenState, name string, do
 		if err != nil {
 			return nil, err
 		}
-		_, err = o.store.Put(ctx, name, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
-			Cond: objstore.Condition{IfMatch: etag}, Shape: objstore.ShapePlain, ContentType: "application/json"})
+		_, err = o.putRaw(ctx, name, b, objstore.Condition{IfMatch: etag})
 		switch {
 		case err == nil:
 			return &sealed, nil

@@ -63,6 +63,11 @@ func (o objects) putJSON(ctx context.Context, key string, doc any, cond objstore
 	if err != nil {
 		return objstore.ObjectInfo{}, err
 	}
+	return o.putRaw(ctx, key, b, cond)
+}
+
+// putRaw writes the JSON document b at key under cond, in one plain PUT.
+func (o objects) putRaw(ctx context.Context, key string, b []byte, cond objstore.Condition) (objstore.ObjectInfo, error) {
 	return o.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{
 		Cond: cond, Shape: objstore.ShapePlain, ContentType: "application/json"})
 }
@@ -96,18 +101,36 @@ func (o objects) readRegister(ctx context.Context) (Register, string, bool, erro
 	return reg, objstore.NormalizeETag(info.ETag), true, nil
 }
 
+// readDoc reads the JSON protocol document at key (at most limit bytes)
+// into doc, checking its format (decodeDoc; what names it in errors), and
+// returns its ETag.
+func (o objects) readDoc(ctx context.Context, key, what string, limit int64, doc any, format func() int) (string, error) {
+	b, info, err := o.getSmall(ctx, key, objstore.GetOptions{}, limit)
+	if err != nil {
+		return "", err
+	}
+	if err := decodeDoc(what+" "+key, b, doc, format); err != nil {
+		return "", err
+	}
+	return objstore.NormalizeETag(info.ETag), nil
+}
+
 // readIntent reads an intent object (a journal or a sweep's intent) with
 // its ETag.
 func (o objects) readIntent(ctx context.Context, name string) (*intentDoc, string, error) {
-	b, info, err := o.getSmall(ctx, name, objstore.GetOptions{}, maxIntentSize)
+	var d intentDoc
+	etag, err := o.readDoc(ctx, name, "intent", maxIntentSize, &d, func() int { return d.Format })
 	if err != nil {
 		return nil, "", err
 	}
-	var d intentDoc
-	if err := decodeDoc("intent "+name, b, &d, func() int { return d.Format }); err != nil {
-		return nil, "", err
-	}
-	return &d, objstore.NormalizeETag(info.ETag), nil
+	return &d, etag, nil
+}
+
+// readReservation reads the epoch reservation at key.
+func (o objects) readReservation(ctx context.Context, key string) (reservation, error) {
+	var r reservation
+	_, err := o.readDoc(ctx, key, "reservation", 1<<20, &r, func() int { return r.Format })
+	return r, err
 }
 
 // maxIntentSize bounds what is read of one intent object.

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -453,20 +452,12 @@ func (g *Guard) adoptLedgers(ctx context.Context, ts tokenState, name string) {
 }
 
 func (g *Guard) readLedger(ctx context.Context, key string) (ledgerDoc, string, error) {
-	rc, info, err := g.store.Get(ctx, key, objstore.GetOptions{})
-	if err != nil {
-		return ledgerDoc{}, "", err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 64<<20))
-	if err != nil {
-		return ledgerDoc{}, "", err
-	}
 	var doc ledgerDoc
-	if err := decodeDoc("tombstone ledger "+key, b, &doc, func() int { return doc.Format }); err != nil {
+	etag, err := g.readDoc(ctx, key, "tombstone ledger", 64<<20, &doc, func() int { return doc.Format })
+	if err != nil {
 		return ledgerDoc{}, "", err
 	}
-	return doc, objstore.NormalizeETag(info.ETag), nil
+	return doc, etag, nil
 }
 
 // writeLedger writes this binding's ledger if the known set changed (and,
