@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -96,19 +97,11 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 	if store == nil {
 		return nil, errors.New("fencing: nil store")
 	}
-	switch cfg.Mode {
-	case "":
-		cfg.Mode = ModeStrict
-	case ModeStrict, ModeFast, ModeOff:
-	default:
-		return nil, fmt.Errorf("fencing: unknown mode %q (strict, fast or off)", cfg.Mode)
+	if err := pick(&cfg.Mode, "mode", ModeStrict, ModeFast, ModeOff); err != nil {
+		return nil, err
 	}
-	switch cfg.ReapTombstones {
-	case "":
-		cfg.ReapTombstones = ReapAuto
-	case ReapAuto, ReapAlways, ReapOff:
-	default:
-		return nil, fmt.Errorf("fencing: unknown tombstone reaping %q (auto, always or off)", cfg.ReapTombstones)
+	if err := pick(&cfg.ReapTombstones, "tombstone reaping", ReapAuto, ReapAlways, ReapOff); err != nil {
+		return nil, err
 	}
 	if cfg.Domain != "" && !strings.HasSuffix(cfg.Domain, "/") {
 		return nil, fmt.Errorf("fencing: domain %q must end in \"/\"", cfg.Domain)
@@ -156,6 +149,24 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 	}
 	g.report()
 	return g, nil
+}
+
+// pick checks an enumerated setting: empty becomes the first of allowed
+// (the default); anything not among allowed is an error naming what.
+func pick[T ~string](v *T, what string, allowed ...T) error {
+	if *v == "" {
+		*v = allowed[0]
+		return nil
+	}
+	if slices.Contains(allowed, *v) {
+		return nil
+	}
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		names[i] = string(a)
+	}
+	list := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	return fmt.Errorf("fencing: unknown %s %q (%s)", what, *v, list)
 }
 
 // defaultHolder is a readable per-instance id: host name, pid and a random

@@ -478,3 +478,36 @@ func TestTransientFailuresAreLeftToTheStoresRetries(t *testing.T) {
 		})
 	}
 }
+
+func TestNewFillsDefaultsAndRefusesUnknownSettingsInOneLine(t *testing.T) {
+	s := memstore.New()
+	for _, tc := range []struct {
+		name      string
+		cfg       Config
+		wantMode  Mode
+		wantReap  Reap
+		wantError string
+	}{
+		{"defaults", Config{}, ModeStrict, ReapAuto, ""},
+		{"explicit", Config{Mode: ModeFast, ReapTombstones: ReapOff}, ModeFast, ReapOff, ""},
+		{"unknown mode", Config{Mode: "paranoid"}, "", "", `fencing: unknown mode "paranoid" (strict, fast or off)`},
+		{"unknown reaping", Config{ReapTombstones: "never"}, "", "", `fencing: unknown tombstone reaping "never" (auto, always or off)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := New(s, tc.cfg)
+			if tc.wantError != "" {
+				if err == nil || err.Error() != tc.wantError {
+					t.Fatalf("New = %v, want %q", err, tc.wantError)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close(context.Background())
+			if g.cfg.Mode != tc.wantMode || g.cfg.ReapTombstones != tc.wantReap {
+				t.Fatalf("mode %q, reaping %q; want %q, %q", g.cfg.Mode, g.cfg.ReapTombstones, tc.wantMode, tc.wantReap)
+			}
+		})
+	}
+}
