@@ -30,6 +30,10 @@ type nodeBase struct {
 	// filesystem-wide.
 	opMu sync.Mutex
 
+	// metaUpdate stores a metadata change (xattrs; attrs.go): set by the
+	// node's constructor, constant after.
+	metaUpdate func(ctx context.Context, mutate func(*posixAttr) error) error
+
 	mu sync.Mutex
 	// info is the object version this node came from: the precondition
 	// (base) of its next mutation. For a directory it is the marker
@@ -44,6 +48,7 @@ func (b *nodeBase) init(fsys *filesystem, ino *fs.Inode, kind uint32, info objst
 	b.fsys = fsys
 	b.ino = ino
 	b.kind = kind
+	b.metaUpdate = b.updateMetaNow
 	b.setInfo(info)
 }
 

@@ -149,33 +149,3 @@ func (n *specialNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.Set
 	n.fillAttr(&out.Attr)
 	return 0
 }
-
-var _ = (fs.NodeStatfser)((*specialNode)(nil))
-
-// Statfs reports the filesystem's (fixed) capacity.
-func (n *specialNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	statfsOut(out)
-	return 0
-}
-
-var _ = (fs.NodeGetxattrer)((*specialNode)(nil))
-
-// Getxattr reads user.fencefs.stamp (special files hold no user
-// attributes).
-func (n *specialNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	sz, err := n.getxattr(attr, dest)
-	if err != nil {
-		k, _ := n.key()
-		return sz, n.fsys.errno("getxattr", k, err)
-	}
-	return sz, 0
-}
-
-var _ = (fs.NodeSetxattrer)((*specialNode)(nil))
-
-// Setxattr fails with EPERM: Linux allows user attributes only on regular
-// files and directories.
-func (n *specialNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	k, _ := n.key()
-	return n.fsys.errno("setxattr", k, fmt.Errorf("%w: user attributes on a special file", errPerm))
-}

@@ -127,31 +127,3 @@ func (n *symlinkNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.Set
 	n.fillAttr(&out.Attr)
 	return 0
 }
-
-var _ = (fs.NodeStatfser)((*symlinkNode)(nil))
-
-// Statfs reports the filesystem's (fixed) capacity.
-func (n *symlinkNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	statfsOut(out)
-	return 0
-}
-
-var _ = (fs.NodeGetxattrer)((*symlinkNode)(nil))
-
-// Getxattr reads a user attribute or user.fencefs.stamp.
-func (n *symlinkNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	sz, err := n.getxattr(attr, dest)
-	if err != nil {
-		k, _ := n.key()
-		return sz, n.fsys.errno("getxattr", k, err)
-	}
-	return sz, 0
-}
-
-var _ = (fs.NodeListxattrer)((*symlinkNode)(nil))
-
-// Listxattr lists the user attributes.
-func (n *symlinkNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	sz, err := copyXattr(dest, n.listxattr(nil))
-	return sz, toErrno(err)
-}

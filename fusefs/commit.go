@@ -1,0 +1,193 @@
+package fusefs
+
+// Committing a file: its staged content (or, for metadata alone, the
+// unchanged content) through the Guard, conditioned on the version the node
+// came from.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+	"time"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// commit writes the node's local changes through the Guard: the staged
+// content (or the unchanged object content when only metadata changed) with
+// the node's metadata, conditioned on the version the node came from (or on
+// absence, for a file this mount created). It returns nil when there is
+// nothing to commit. The error is what close(2) and fsync(2) report.
+func (n *fileNode) commit(ctx context.Context) error {
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	return n.commitLocked(ctx)
+}
+
+// LOCKS_REQUIRED(n.opMu)
+func (n *fileNode) commitLocked(ctx context.Context) error {
+	n.cmu.RLock()
+	defer n.cmu.RUnlock()
+	n.mu.Lock()
+	if !n.dirty {
+		n.mu.Unlock()
+		return nil
+	}
+	key, ok := n.key()
+	if n.unlinked || !ok {
+		n.unlinked = true
+		n.setCleanLocked()
+		n.mu.Unlock()
+		return nil
+	}
+	if err := n.stageErr; err != nil {
+		n.mu.Unlock()
+		return fmt.Errorf("commit %s: not stored: a write to the staging file failed (%w); the file keeps its stored version once every descriptor is closed", key, err)
+	}
+	gen, size, pending, replacing := n.gen, n.size, n.pending, n.replacing
+	base := n.baseLocked()
+	meta := encodeAttr(n.attr, contentMeta(n.info.Meta))
+	n.mu.Unlock()
+
+	var body io.ReaderAt = bytes.NewReader(nil)
+	if n.stage != nil {
+		body = n.stage
+	} else if size != 0 {
+		return fmt.Errorf("commit %s: %d bytes but no staged content", key, size)
+	}
+	put := func(base fencing.Version) (objstore.ObjectInfo, error) {
+		return n.fsys.guard.Put(ctx, key, body, size, base, meta)
+	}
+	var info objstore.ObjectInfo
+	var err error
+	start := time.Now()
+	streamed := false
+	if n.stage != nil && size > 0 {
+		info, streamed, err = n.commitStream(ctx, key, size, meta)
+		if streamed && err == nil {
+			meta = streamMeta(meta)
+		}
+		if streamed && replacing && isConflict(err) {
+			streamed, err = false, nil // retried below, as a Put
+		}
+		if streamed && pending && errors.Is(err, fencing.ErrStale) {
+			err = fmt.Errorf("%w: %s was created concurrently (%v)", errExist, key, err)
+		}
+	}
+	switch {
+	case streamed:
+	case pending:
+		info, err = n.fsys.createRetry(ctx, key, put)
+	default:
+		info, err = put(base)
+	}
+	if err != nil && replacing && (isConflict(err) || errors.Is(err, errExist)) {
+		if cur, ok := n.fsys.replacementBase(ctx, key); ok {
+			info, err = put(cur)
+		}
+	}
+	if pending && errors.Is(err, errExist) {
+		// Another client created the name first: this file can never be
+		// stored there. Like an unlinked file it stays readable through
+		// its open handles, but the name now shows the other object, and
+		// later writes are dropped.
+		n.mu.Lock()
+		n.unlinked = true
+		n.setCleanLocked()
+		n.mu.Unlock()
+		n.forgetName()
+		err = fmt.Errorf("%w: %v", fencing.ErrStale, err)
+	}
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", key, err)
+	}
+	info = mergeInfo(info, key, size, meta)
+	n.fsys.log.Debug("committed", "key", key, "size", size, "etag", info.ETag, "took", time.Since(start))
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.info = info
+	n.fetched = time.Now()
+	n.pending = false
+	n.replacing = false
+	n.keepETag = info.ETag
+	if n.gen == gen {
+		n.setCleanLocked()
+		if n.stage == nil {
+			n.fsys.untrack(n)
+		}
+	}
+	return nil
+}
+
+// forgetName asks the kernel to drop its cached directory entry of the
+// node, so that the next lookup of the name asks us (and finds what the
+// store holds). Sent from a goroutine: an entry notification waits for the
+// directory's lock, which the request being served may hold.
+func (n *fileNode) forgetName() {
+	name, parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	go func() {
+		if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
+			n.fsys.log.Debug("cannot invalidate a kernel directory entry", "name", name, "errno", errno)
+		}
+	}()
+}
+
+// contentMeta is the metadata kept when the content is rewritten: everything
+// but checksums of the old content that other tools store.
+func contentMeta(m map[string]string) map[string]string {
+	if _, ok := m["md5chksum"]; !ok {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if k != "md5chksum" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// updateMeta applies a metadata change: locally when content changes are
+// pending (committed with them), else through a self-copy.
+func (n *fileNode) updateMeta(ctx context.Context, mutate func(*posixAttr) error) error {
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	n.mu.Lock()
+	if n.dirty || n.pending || n.unlinked {
+		a := n.attr.clone()
+		err := mutate(&a)
+		if err == nil {
+			a.Ctime = time.Now()
+			err = checkMetaSize(encodeAttr(a, n.info.Meta))
+		}
+		prep := false
+		if err == nil {
+			n.attr = a
+			if !n.unlinked {
+				prep = n.markDirtyLocked()
+			}
+		}
+		base := n.baseLocked()
+		n.mu.Unlock()
+		if prep {
+			key, _ := n.key()
+			n.fsys.prepare(key, base)
+		}
+		return err
+	}
+	n.mu.Unlock()
+	if err := n.updateMetaRemote(ctx, mutate); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.keepETag = n.info.ETag
+	n.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,224 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// fileHandle is one open file description.
+type fileHandle struct {
+	node *fileNode
+	// appending: opened with O_APPEND. The kernel computes an append's
+	// offset from the size it cached at lookup, which can be older than the
+	// version Open pinned (another mount appended in between): writing at
+	// that offset would overwrite the other mount's bytes. Such writes go to
+	// the end of the staged content instead.
+	appending bool
+
+	mu sync.Mutex
+	rd *reader // GUARDED_BY(mu): ranged reads from the store, created on first read
+	// delivered counts the bytes read from the store through rd; a read
+	// that delivered none may move to a newer version (replace.go).
+	delivered int64 // GUARDED_BY(mu)
+	// keepCache: opened with FOPEN_KEEP_CACHE (the kernel may serve pages
+	// of the pinned version without asking): never moves to another version.
+	keepCache bool
+}
+
+var _ = (fs.FileReader)((*fileHandle)(nil))
+
+// Read reads from the staging file when there is one, else from the store
+// with ranged GETs pinned to the node's ETag, with readahead for sequential
+// reads. An object that changed since it was opened reads as ESTALE.
+func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n := h.node
+	n.cmu.RLock()
+	if n.stage != nil {
+		defer n.cmu.RUnlock()
+		nr, err := n.stage.ReadAt(dest, off)
+		if err != nil && err != io.EOF {
+			k, _ := n.key()
+			return nil, n.fsys.errno("read", k, err)
+		}
+		return fuse.ReadResultData(dest[:nr]), 0
+	}
+	n.cmu.RUnlock()
+
+	key, err := n.keyOrErr()
+	if err != nil {
+		return nil, n.fsys.errno("read", "", err)
+	}
+	ctx, cancel := n.fsys.opctx(ctx)
+	defer cancel()
+	n.mu.Lock()
+	etag, size := n.info.ETag, n.size
+	n.mu.Unlock()
+	h.mu.Lock()
+	if h.rd == nil || h.rd.etag != etag {
+		if h.rd != nil {
+			h.rd.close()
+		}
+		h.rd = newReader(n.fsys, etag, size)
+	}
+	rd := h.rd
+	h.mu.Unlock()
+	res, err := h.readFrom(ctx, rd, key, dest, off)
+	for attempt := 0; isConflict(err) && attempt < maxReadRebase; attempt++ {
+		// The object changed since the handle pinned it: a handle that
+		// returned nothing yet takes the current version instead.
+		var ok bool
+		if rd, ok = h.rebase(ctx, rd, key); !ok {
+			break
+		}
+		res, err = h.readFrom(ctx, rd, key, dest, off)
+	}
+	if isConflict(err) {
+		// The version is gone: the next open asks the store again
+		// instead of trusting the cache until MetaCacheTTL.
+		n.mu.Lock()
+		if !n.dirty && !n.pending {
+			n.fetched, n.keepETag = time.Time{}, ""
+		}
+		n.mu.Unlock()
+	}
+	if err != nil {
+		return nil, n.fsys.errno("read", key, err)
+	}
+	return res, 0
+}
+
+// readFrom serves one READ from rd. A success is counted as delivered
+// unless rd was replaced meanwhile: then its bytes may be of the older
+// version while others were read from the newer one, and the read is
+// ESTALE instead.
+func (h *fileHandle) readFrom(ctx context.Context, rd *reader, key string, dest []byte, off int64) (fuse.ReadResult, error) {
+	if off >= rd.size {
+		return fuse.ReadResultData(nil), nil
+	}
+	want := int64(len(dest))
+	if off+want > rd.size {
+		want = rd.size - off
+	}
+	res, err := rd.read(ctx, key, dest[:want], off)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rd != rd {
+		res.Done()
+		return nil, fmt.Errorf("%w: %s changed while being read", fencing.ErrStale, key)
+	}
+	h.delivered += int64(res.Size())
+	return res, nil
+}
+
+func (h *fileHandle) closeReader() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rd != nil {
+		h.rd.close()
+		h.rd = nil
+	}
+}
+
+var _ = (fs.FileWriter)((*fileHandle)(nil))
+
+// Write stages data; it is committed on flush, fsync or release.
+func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx, cancel := h.node.fsys.opctx(ctx)
+	defer cancel()
+	if h.appending {
+		off = -1
+	}
+	w, err := h.node.write(ctx, data, off)
+	if err != nil {
+		k, _ := h.node.key()
+		return w, h.node.fsys.errno("write", k, err)
+	}
+	return w, 0
+}
+
+var _ = (fs.FileFlusher)((*fileHandle)(nil))
+
+// Flush (every close(2) of a descriptor) commits pending changes; its error
+// is what close returns.
+// One exception, for shell redirects and dd (see flush.go): nothing is
+// committed while the only change is the open's own and the closing
+// process still holds the file through another descriptor.
+func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
+	n := h.node
+	n.mu.Lock()
+	openOnly := n.dirty && n.openChangeOnly
+	n.mu.Unlock()
+	if caller, ok := fuse.FromContext(ctx); ok && openOnly && n.fsys.stillOpenIn(caller.Pid, n.StableAttr().Ino) {
+		return 0
+	}
+	ctx, cancel := h.node.fsys.mutctx(ctx)
+	defer cancel()
+	if err := h.node.commit(ctx); err != nil {
+		k, _ := h.node.key()
+		return h.node.fsys.errno("flush", k, err)
+	}
+	return 0
+}
+
+var _ = (fs.FileFsyncer)((*fileHandle)(nil))
+
+// Fsync commits pending changes: success means the data is stored under an
+// epoch that was still valid at the commit.
+func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	ctx, cancel := h.node.fsys.mutctx(ctx)
+	defer cancel()
+	if err := h.node.commit(ctx); err != nil {
+		k, _ := h.node.key()
+		return h.node.fsys.errno("fsync", k, err)
+	}
+	return 0
+}
+
+var _ = (fs.FileReleaser)((*fileHandle)(nil))
+
+// Release drops the handle (see fileNode.releaseHandle).
+func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
+	h.node.releaseHandle(h)
+	return 0
+}
+
+var _ = (fs.FileAllocater)((*fileHandle)(nil))
+
+// Allocate implements fallocate: mode 0 grows the file to off+size
+// (zero-filled, committed on close); FALLOC_FL_KEEP_SIZE only reserves
+// space, which an object store does not need, so it succeeds doing nothing.
+// Other modes (punching or collapsing ranges) are not supported.
+func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	ctx, cancel := h.node.fsys.mutctx(ctx)
+	defer cancel()
+	n := h.node
+	k, _ := n.key()
+	switch mode {
+	case 0:
+	case unix.FALLOC_FL_KEEP_SIZE:
+		return n.fsys.errno("fallocate", k, n.fsys.checkWritable())
+	default:
+		return n.fsys.errno("fallocate", k, fmt.Errorf("%w: fallocate mode %#x", errNotSupported, mode))
+	}
+	n.mu.Lock()
+	cur := n.size
+	n.mu.Unlock()
+	if end := int64(off + size); end > cur {
+		if err := n.truncate(ctx, end); err != nil {
+			return n.fsys.errno("fallocate", k, err)
+		}
+	}
+	return 0
+}
