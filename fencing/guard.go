@@ -209,12 +209,26 @@ func (g *Guard) Status() Status {
 	return st
 }
 
-// CountRefusal records a mutation op refused because this Guard is fenced,
-// when the caller decided the refusal from Status without calling the Guard
-// (a filesystem refusing a write(2) up front), so that
-// fencefs_fencing_fenced_refusals_total counts every refusal. Refusals by
-// the Guard's own methods are counted by them.
-func (g *Guard) CountRefusal(op string) { g.met.refused(op) }
+// Admit tells, without I/O, whether a mutation op may start: nil while the
+// Guard is active, sweeping (the mutation will wait for the sweep) or off;
+// an error wrapping ErrFenced once it is known fenced, counted as a refusal
+// of op in fencefs_fencing_fenced_refusals_total (like the refusals of the
+// Guard's own methods); ErrReadOnly without a bound token. It also returns
+// the Status it decided on. A filesystem calls it first, so that a write(2)
+// on a fenced mount fails at once with the right errno rather than at
+// close; every mutation is still decided again at the storage.
+func (g *Guard) Admit(op string) (Status, error) {
+	st := g.Status()
+	switch st.State {
+	case StateActive, StateSweeping, StateOff:
+		return st, nil
+	case StateFenced:
+		g.met.refused(op)
+		return st, fmt.Errorf("%w: %s", ErrFenced, st.Reason)
+	default:
+		return st, fmt.Errorf("%w (state %s)", ErrReadOnly, st.State)
+	}
+}
 
 // broadcast wakes everything waiting for a change of state.
 // LOCKS_REQUIRED(g.mu)

@@ -278,7 +278,7 @@ var _ = (fs.NodeCreater)((*dirNode)(nil))
 // empty object is created at once so that exclusivity holds across mounts
 // (EEXIST otherwise).
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	key, err := d.writableChild(name)
+	key, err := d.writableChild("create", name)
 	if err != nil {
 		return nil, nil, 0, d.fsys.errno("create", key, err)
 	}
@@ -332,7 +332,7 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 		err = fmt.Errorf("%w: mknod of type %#o", errInvalid, kind)
 	}
 	if err == nil {
-		err = d.fsys.checkWritable()
+		err = d.fsys.checkWritable("mknod")
 	}
 	if err != nil {
 		return nil, d.fsys.errno("mknod", key, err)
@@ -360,7 +360,7 @@ var _ = (fs.NodeMkdirer)((*dirNode)(nil))
 
 // Mkdir creates the "name/" marker, conditioned on its absence.
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	key, err := d.writableChild(name)
+	key, err := d.writableChild("mkdir", name)
 	if err != nil {
 		return nil, d.fsys.errno("mkdir", key, err)
 	}
@@ -393,7 +393,7 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 		err = fmt.Errorf("%w: symlink target of %d bytes", errNameTooLong, len(target))
 	}
 	if err == nil {
-		err = d.fsys.checkWritable()
+		err = d.fsys.checkWritable("symlink")
 	}
 	if err != nil {
 		return nil, d.fsys.errno("symlink", key, err)
@@ -420,10 +420,10 @@ var _ = (fs.NodeLinker)((*dirNode)(nil))
 
 // writableChild returns the key of child name, or the error that refuses a
 // mutation there (an invalid name, or a read-only or fenced mount).
-func (d *dirNode) writableChild(name string) (string, error) {
+func (d *dirNode) writableChild(op, name string) (string, error) {
 	key, err := d.childKey(name)
 	if err == nil {
-		err = d.fsys.checkWritable()
+		err = d.fsys.checkWritable(op)
 	}
 	return key, err
 }
@@ -440,7 +440,7 @@ var _ = (fs.NodeUnlinker)((*dirNode)(nil))
 // (ESTALE if someone changed it since). A file that is still open keeps its
 // content: it is staged locally before the delete.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	key, err := d.writableChild(name)
+	key, err := d.writableChild("unlink", name)
 	if err == nil {
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()
@@ -505,7 +505,7 @@ var _ = (fs.NodeRmdirer)((*dirNode)(nil))
 // deleted conditioned on its version; an implicit directory has nothing to
 // delete.
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	key, err := d.writableChild(name)
+	key, err := d.writableChild("rmdir", name)
 	if err == nil {
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()

@@ -131,10 +131,6 @@ func (fsys *filesystem) errno(op, key string, err error) syscall.Errno {
 		return 0
 	}
 	fsys.metrics.errors(e)
-	var r refusedHere
-	if errors.As(err, &r) && fsys.guard != nil {
-		fsys.guard.CountRefusal(op)
-	}
 	if errors.Is(err, fencing.ErrFenced) && fsys.guard != nil {
 		fsys.noteStatus(fsys.guard.Status()) // another leader writes now
 	}

@@ -168,7 +168,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	key, _ := n.key()
 	writing := flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
 	if writing {
-		if err := n.fsys.checkWritable(); err != nil {
+		if err := n.fsys.checkWritable("open"); err != nil {
 			return nil, 0, n.fsys.errno("open", key, err)
 		}
 	}
@@ -338,7 +338,7 @@ func (n *fileNode) failStageLocked(err error) {
 // write stores data at off in the staging file; off < 0 appends at the end
 // of the staged content.
 func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, error) {
-	if err := n.fsys.checkWritable(); err != nil {
+	if err := n.fsys.checkWritable("write"); err != nil {
 		return 0, err
 	}
 	key, _ := n.key()
@@ -394,7 +394,7 @@ func (n *fileNode) truncate(ctx context.Context, size int64) error {
 // truncateAt is truncate; atOpen says it is an open's O_TRUNC, which is an
 // open-time change (openChangeOnly) when nothing else was uncommitted.
 func (n *fileNode) truncateAt(ctx context.Context, size int64, atOpen bool) error {
-	if err := n.fsys.checkWritable(); err != nil {
+	if err := n.fsys.checkWritable("truncate"); err != nil {
 		return err
 	}
 	key, _ := n.key()
@@ -548,7 +548,7 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 }
 
 func (n *fileNode) setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn) error {
-	if err := n.fsys.checkWritable(); err != nil {
+	if err := n.fsys.checkWritable("setattr"); err != nil {
 		return err
 	}
 	if size, ok := in.GetSize(); ok {

@@ -122,35 +122,19 @@ func (fsys *filesystem) mutctx(ctx context.Context) (context.Context, context.Ca
 	return context.WithCancel(c)
 }
 
-// checkWritable fails fast, without a round trip, when no mutation can
-// succeed: the mount is read-only, has no token, or is fenced. The Guard
-// re-checks on every mutation; this only gives the right errno early (for
-// example at open(O_WRONLY) rather than at close).
-//
-// A fenced refusal is a refusedHere: errno counts it in the Guard's refusal
-// metric (the Guard counts only the refusals it decides itself).
-func (fsys *filesystem) checkWritable() error {
+// checkWritable fails fast, without a round trip, when mutation op cannot
+// succeed: the mount is read-only, has no token, or is fenced (Guard.Admit,
+// which counts the refusal). The Guard re-checks on every mutation; this
+// only gives the right errno early (for example at open(O_WRONLY) rather
+// than at close).
+func (fsys *filesystem) checkWritable(op string) error {
 	if fsys.opts.ReadOnly || fsys.guard == nil {
 		return fmt.Errorf("%w: mounted read-only", fencing.ErrReadOnly)
 	}
-	st := fsys.guard.Status()
+	st, err := fsys.guard.Admit(op)
 	fsys.noteStatus(st)
-	switch st.State {
-	case fencing.StateActive, fencing.StateSweeping, fencing.StateOff:
-		return nil
-	case fencing.StateFenced:
-		return refusedHere{fmt.Errorf("%w: %s", fencing.ErrFenced, st.Reason)}
-	default:
-		return fmt.Errorf("%w (state %s)", fencing.ErrReadOnly, st.State)
-	}
+	return err
 }
-
-// refusedHere is a mutation refused by the filesystem because the Guard's
-// status says fenced, before the Guard was called.
-type refusedHere struct{ err error }
-
-func (r refusedHere) Error() string { return r.err.Error() }
-func (r refusedHere) Unwrap() error { return r.err }
 
 // isHidden reports whether key is the protocol directory or inside it.
 func (fsys *filesystem) isHidden(key string) bool {

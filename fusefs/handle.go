@@ -208,7 +208,7 @@ func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32
 	switch mode {
 	case 0:
 	case unix.FALLOC_FL_KEEP_SIZE:
-		return n.fsys.errno("fallocate", k, n.fsys.checkWritable())
+		return n.fsys.errno("fallocate", k, n.fsys.checkWritable("fallocate"))
 	default:
 		return n.fsys.errno("fallocate", k, fmt.Errorf("%w: fallocate mode %#x", errNotSupported, mode))
 	}

@@ -113,7 +113,7 @@ func (b *nodeBase) snapshot() (objstore.ObjectInfo, posixAttr) {
 // unchanged), or, for a directory without a marker, the creation of the
 // marker. LOCKS_REQUIRED(b.opMu)
 func (b *nodeBase) updateMetaRemote(ctx context.Context, mutate func(*posixAttr) error) error {
-	if err := b.fsys.checkWritable(); err != nil {
+	if err := b.fsys.checkWritable("setattr"); err != nil {
 		return err
 	}
 	key, err := b.keyOrErr()

@@ -24,7 +24,7 @@ import (
 type Guard interface {
 	Bind(ctx context.Context, token uint64) (uint64, error)
 	Status() fencing.Status
-	CountRefusal(op string)
+	Admit(op string) (fencing.Status, error)
 	PrepareBase(key string, base fencing.Version)
 	Reserve(ctx context.Context, intents ...fencing.Intent) (release func())
 	StartStream(ctx context.Context, key string, base fencing.Version, meta fencing.Meta) (*fencing.Stream, error)

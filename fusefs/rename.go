@@ -42,7 +42,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		err = fmt.Errorf("%w: rename flags %#x (only RENAME_NOREPLACE is supported)", errInvalid, flags)
 	}
 	if err == nil {
-		err = d.fsys.checkWritable()
+		err = d.fsys.checkWritable("rename")
 	}
 	if err == nil {
 		ctx, cancel := d.fsys.mutctx(ctx)
