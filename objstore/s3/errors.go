@@ -104,6 +104,9 @@ func (s *Store) classify(err error, what, key string) error {
 	return &opError{sentinel: objstore.ErrUnavailable, msg: fmt.Sprintf("%s: %v", where, err)}
 }
 
+// classifyResponse classifies an answer of the server (or one of minio-go's
+// own argument checks, status 0): by its S3 error code when the code is
+// known, else by its HTTP status.
 func (s *Store) classifyResponse(er minio.ErrorResponse, where string) *opError {
 	detail := er.Code
 	if er.Message != "" {
@@ -113,50 +116,78 @@ func (s *Store) classifyResponse(er minio.ErrorResponse, where string) *opError 
 		detail += fmt.Sprintf(" (HTTP %d)", er.StatusCode)
 	}
 	e := &opError{msg: where + ": " + detail, certain: true, code: er.Code, status: er.StatusCode, answered: er.StatusCode != 0}
-	switch er.Code {
-	case "NoSuchBucket":
-		e.sentinel = objstore.ErrNoBucket
-		e.msg = fmt.Sprintf("%s: bucket %q does not exist at %s", where, s.cfg.Bucket, s.endpoint.Redacted())
-		return e
-	case "NoSuchKey", "NoSuchUpload", "NoSuchVersion":
-		e.sentinel = objstore.ErrNotFound
-		return e
-	case "PreconditionFailed":
-		e.sentinel = objstore.ErrPrecondition
-		return e
-	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
-		"InvalidToken", "TokenRefreshRequired", "AllAccessDisabled", "AccountProblem",
-		"InvalidSecurity", "MissingSecurityHeader", "XAdminUserNotFound":
-		e.sentinel = objstore.ErrAuth
-		e.msg = fmt.Sprintf("%s: %s refused the credentials for bucket %q: %s", where, s.endpoint.Redacted(), s.cfg.Bucket, detail)
-		return e
-	case "RequestTimeTooSkewed":
-		e.sentinel = objstore.ErrAuth
-		e.msg = fmt.Sprintf("%s: the local clock differs too much from %s's: %s", where, s.endpoint.Redacted(), detail)
-		return e
-	case "SlowDown", "ServiceUnavailable", "Busy":
-		e.sentinel = objstore.ErrUnavailable
-		return e
-	case "RequestTimeout", "InternalError", "ExpiredRequest", "ClientDisconnected":
-		// ClientDisconnected: MinIO's HTTP 499, while another client is
-		// stopped mid-request; the request may have been applied.
-		e.sentinel = objstore.ErrUnavailable
-		e.certain = false
-		return e
-	case "ConditionalRequestConflict", "OperationAborted":
-		e.sentinel = objstore.ErrConflict
-		return e
-	case "ExistingObjectIsDirectory", "ObjectParentIsFile", "DirectoryObjectContainsData", "ErrDirectoryNotEmpty":
-		// The Versity gateway's posix backend cannot hold a file and a
-		// directory at one name, nor a body in a "dir/" object.
-		e.sentinel = objstore.ErrInvalid
-		e.msg += " (the backend stores keys as files and directories)"
-		return e
-	case "InvalidRange":
-		e.sentinel = objstore.ErrInvalid
+	if sentinel, ok := codeSentinels[er.Code]; ok {
+		e.sentinel = sentinel
+		e.certain = !uncertainCodes[er.Code]
+		s.explainCode(e, where, detail)
 		return e
 	}
-	switch st := er.StatusCode; {
+	s.classifyStatus(e, where, detail)
+	return e
+}
+
+// codeSentinels maps the S3 error codes known here to their domain error.
+var codeSentinels = map[string]error{
+	"NoSuchBucket": objstore.ErrNoBucket,
+
+	"NoSuchKey": objstore.ErrNotFound, "NoSuchUpload": objstore.ErrNotFound, "NoSuchVersion": objstore.ErrNotFound,
+
+	"PreconditionFailed": objstore.ErrPrecondition,
+
+	"AccessDenied": objstore.ErrAuth, "InvalidAccessKeyId": objstore.ErrAuth, "SignatureDoesNotMatch": objstore.ErrAuth,
+	"ExpiredToken": objstore.ErrAuth, "InvalidToken": objstore.ErrAuth, "TokenRefreshRequired": objstore.ErrAuth,
+	"AllAccessDisabled": objstore.ErrAuth, "AccountProblem": objstore.ErrAuth, "InvalidSecurity": objstore.ErrAuth,
+	"MissingSecurityHeader": objstore.ErrAuth, "XAdminUserNotFound": objstore.ErrAuth,
+	"RequestTimeTooSkewed": objstore.ErrAuth,
+
+	"SlowDown": objstore.ErrUnavailable, "ServiceUnavailable": objstore.ErrUnavailable, "Busy": objstore.ErrUnavailable,
+	"RequestTimeout": objstore.ErrUnavailable, "InternalError": objstore.ErrUnavailable,
+	"ExpiredRequest": objstore.ErrUnavailable, "ClientDisconnected": objstore.ErrUnavailable,
+
+	"ConditionalRequestConflict": objstore.ErrConflict, "OperationAborted": objstore.ErrConflict,
+
+	"ExistingObjectIsDirectory": objstore.ErrInvalid, "ObjectParentIsFile": objstore.ErrInvalid,
+	"DirectoryObjectContainsData": objstore.ErrInvalid, "ErrDirectoryNotEmpty": objstore.ErrInvalid,
+	"InvalidRange": objstore.ErrInvalid,
+}
+
+// uncertainCodes are the codes of failures after which the request may have
+// been applied. ClientDisconnected is MinIO's HTTP 499, while another client
+// is stopped mid-request.
+var uncertainCodes = map[string]bool{
+	"RequestTimeout": true, "InternalError": true, "ExpiredRequest": true, "ClientDisconnected": true,
+}
+
+// layoutCodes are the Versity gateway's posix backend's refusals: it cannot
+// hold a file and a directory at one name, nor a body in a "dir/" object.
+var layoutCodes = map[string]bool{
+	"ExistingObjectIsDirectory": true, "ObjectParentIsFile": true, "DirectoryObjectContainsData": true, "ErrDirectoryNotEmpty": true,
+}
+
+// explainCode rewrites e.msg, for the codes whose plain detail would not
+// tell the user what to fix.
+func (s *Store) explainCode(e *opError, where, detail string) {
+	switch {
+	case e.code == "NoSuchBucket":
+		e.msg = fmt.Sprintf("%s: bucket %q does not exist at %s", where, s.cfg.Bucket, s.endpoint.Redacted())
+	case e.code == "RequestTimeTooSkewed":
+		e.msg = fmt.Sprintf("%s: the local clock differs too much from %s's: %s", where, s.endpoint.Redacted(), detail)
+	case e.sentinel == objstore.ErrAuth:
+		e.msg = s.refusedCredentials(where, detail)
+	case layoutCodes[e.code]:
+		e.msg += " (the backend stores keys as files and directories)"
+	}
+}
+
+// refusedCredentials is the message of an answer refusing the credentials.
+func (s *Store) refusedCredentials(where, detail string) string {
+	return fmt.Sprintf("%s: %s refused the credentials for bucket %q: %s", where, s.endpoint.Redacted(), s.cfg.Bucket, detail)
+}
+
+// classifyStatus sets e's sentinel (and certainty) from its HTTP status, for
+// an answer whose code is not in codeSentinels.
+func (s *Store) classifyStatus(e *opError, where, detail string) {
+	switch st := e.status; {
 	case st == http.StatusNotModified:
 		e.sentinel = objstore.ErrNotModified
 	case st == http.StatusPreconditionFailed:
@@ -165,7 +196,7 @@ func (s *Store) classifyResponse(er minio.ErrorResponse, where string) *opError 
 		e.sentinel = objstore.ErrNotFound
 	case st == http.StatusUnauthorized || st == http.StatusForbidden:
 		e.sentinel = objstore.ErrAuth
-		e.msg = fmt.Sprintf("%s: %s refused the credentials for bucket %q: %s", where, s.endpoint.Redacted(), s.cfg.Bucket, detail)
+		e.msg = s.refusedCredentials(where, detail)
 	case st == http.StatusConflict:
 		e.sentinel = objstore.ErrConflict
 	case st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests:
@@ -187,7 +218,6 @@ func (s *Store) classifyResponse(er minio.ErrorResponse, where string) *opError 
 		e.certain, e.noRetry = false, true
 		e.msg += " (an answer fencefs does not know)"
 	}
-	return e
 }
 
 // invalidStatus are the HTTP statuses that mean the request itself was

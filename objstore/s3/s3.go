@@ -269,6 +269,45 @@ func newStore(cfg Config) (*Store, error) {
 	if cfg.Bucket == "" {
 		return nil, fmt.Errorf("%w: no bucket configured", objstore.ErrInvalid)
 	}
+	cfg = cfg.withDefaults()
+	s := &Store{cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		s.maxRetries = -1
+	case cfg.MaxRetries < 0:
+		s.maxRetries = 0
+	default:
+		s.maxRetries = cfg.MaxRetries
+	}
+	s.sizing = objstore.Sizing{MultipartThreshold: cfg.MultipartThreshold, PartSize: cfg.PartSize}.Normalize()
+
+	u, err := parseEndpoint(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	s.endpoint = &url.URL{Scheme: u.Scheme, Host: u.Host}
+	s.secure = u.Scheme == "https"
+
+	tr, err := transport(cfg, s.secure)
+	if err != nil {
+		return nil, err
+	}
+	rt := tracking{base: tr}
+	s.http = &http.Client{Transport: rt}
+	if err := s.newCore(u.Host, rt); err != nil {
+		return nil, err
+	}
+	s.m = newMetrics(cfg.Registerer)
+	s.brk = newBreaker(s.probe, cfg.ProbeTimeout, cfg.ConnectTimeout+cfg.IdleTimeout, s.m, s.log)
+	return s, nil
+}
+
+// withDefaults returns cfg with every unset (or out-of-range) tunable at
+// its default.
+func (cfg Config) withDefaults() Config {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
@@ -290,21 +329,14 @@ func newStore(cfg Config) (*Store, error) {
 	if cfg.ListPageSize <= 0 || cfg.ListPageSize > 1000 {
 		cfg.ListPageSize = 1000
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	switch {
-	case cfg.MaxRetries == 0:
-		s.maxRetries = -1
-	case cfg.MaxRetries < 0:
-		s.maxRetries = 0
-	default:
-		s.maxRetries = cfg.MaxRetries
-	}
-	s.sizing = objstore.Sizing{MultipartThreshold: cfg.MultipartThreshold, PartSize: cfg.PartSize}.Normalize()
+	return cfg
+}
 
-	raw := cfg.Endpoint
+// parseEndpoint parses a configured endpoint, http://host[:port] or
+// https://host[:port] (https when the scheme is left out); any other form
+// is ErrInvalid.
+func parseEndpoint(endpoint string) (*url.URL, error) {
+	raw := endpoint
 	if raw == "" {
 		return nil, fmt.Errorf("%w: no endpoint configured", objstore.ErrInvalid)
 	}
@@ -313,21 +345,19 @@ func newStore(cfg Config) (*Store, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("%w: endpoint %q: want http://host[:port] or https://host[:port]", objstore.ErrInvalid, cfg.Endpoint)
+		return nil, fmt.Errorf("%w: endpoint %q: want http://host[:port] or https://host[:port]", objstore.ErrInvalid, endpoint)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("%w: endpoint %q must not have a path", objstore.ErrInvalid, cfg.Endpoint)
+		return nil, fmt.Errorf("%w: endpoint %q must not have a path", objstore.ErrInvalid, endpoint)
 	}
-	s.endpoint = &url.URL{Scheme: u.Scheme, Host: u.Host}
-	s.secure = u.Scheme == "https"
+	return u, nil
+}
 
-	tr, err := transport(cfg, s.secure)
-	if err != nil {
-		return nil, err
-	}
-	rt := tracking{base: tr}
-	s.http = &http.Client{Transport: rt}
-
+// newCore sets s.creds (the configured keys, else the environment's and
+// the AWS credentials file's) and the minio-go client s.core for host over
+// rt.
+func (s *Store) newCore(host string, rt http.RoundTripper) error {
+	cfg := s.cfg
 	if cfg.AccessKey != "" {
 		s.creds = credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken)
 	} else {
@@ -339,7 +369,7 @@ func newStore(cfg Config) (*Store, error) {
 	if cfg.PathStyle {
 		lookup = minio.BucketLookupPath
 	}
-	core, err := minio.NewCore(u.Host, &minio.Options{
+	core, err := minio.NewCore(host, &minio.Options{
 		Creds:        s.creds,
 		Secure:       s.secure,
 		Transport:    rt,
@@ -350,12 +380,10 @@ func newStore(cfg Config) (*Store, error) {
 		MaxRetries: 1,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: endpoint %q: %v", objstore.ErrInvalid, cfg.Endpoint, err)
+		return fmt.Errorf("%w: endpoint %q: %v", objstore.ErrInvalid, cfg.Endpoint, err)
 	}
 	s.core = core
-	s.m = newMetrics(cfg.Registerer)
-	s.brk = newBreaker(s.probe, cfg.ProbeTimeout, cfg.ConnectTimeout+cfg.IdleTimeout, s.m, s.log)
-	return s, nil
+	return nil
 }
 
 // probe asks the server for anything at all (a HEAD of the bucket): nil
