@@ -32,65 +32,13 @@ func (n *fileNode) commit(ctx context.Context) error {
 func (n *fileNode) commitLocked(ctx context.Context) error {
 	n.cmu.RLock()
 	defer n.cmu.RUnlock()
-	n.mu.Lock()
-	if !n.dirty {
-		n.mu.Unlock()
-		return nil
+	c, err := n.snapshotCommit()
+	if c == nil || err != nil {
+		return err
 	}
-	key, ok := n.key()
-	if n.unlinked || !ok {
-		n.unlinked = true
-		n.setCleanLocked()
-		n.mu.Unlock()
-		return nil
-	}
-	if err := n.stageErr; err != nil {
-		n.mu.Unlock()
-		return fmt.Errorf("commit %s: not stored: a write to the staging file failed (%w); the file keeps its stored version once every descriptor is closed", key, err)
-	}
-	gen, size, pending, replacing := n.gen, n.size, n.pending, n.replacing
-	base := n.baseLocked()
-	meta := encodeAttr(n.attr, contentMeta(n.info.Meta))
-	n.mu.Unlock()
-
-	var body io.ReaderAt = bytes.NewReader(nil)
-	if n.stage != nil {
-		body = n.stage
-	} else if size != 0 {
-		return fmt.Errorf("commit %s: %d bytes but no staged content", key, size)
-	}
-	put := func(base fencing.Version) (objstore.ObjectInfo, error) {
-		return n.fsys.guard.Put(ctx, key, body, size, base, meta)
-	}
-	var info objstore.ObjectInfo
-	var err error
 	start := time.Now()
-	streamed := false
-	if n.stage != nil && size > 0 {
-		info, streamed, err = n.commitStream(ctx, key, size, meta)
-		if streamed && err == nil {
-			meta = streamMeta(meta)
-		}
-		if streamed && replacing && isConflict(err) {
-			streamed, err = false, nil // retried below, as a Put
-		}
-		if streamed && pending && errors.Is(err, fencing.ErrStale) {
-			err = fmt.Errorf("%w: %s was created concurrently (%v)", errExist, key, err)
-		}
-	}
-	switch {
-	case streamed:
-	case pending:
-		info, err = n.fsys.createRetry(ctx, key, put)
-	default:
-		info, err = put(base)
-	}
-	if err != nil && replacing && (isConflict(err) || errors.Is(err, errExist)) {
-		if cur, ok := n.fsys.replacementBase(ctx, key); ok {
-			info, err = put(cur)
-		}
-	}
-	if pending && errors.Is(err, errExist) {
+	info, err := n.store(ctx, c)
+	if c.pending && errors.Is(err, errExist) {
 		// Another client created the name first: this file can never be
 		// stored there. Like an unlinked file it stays readable through
 		// its open handles, but the name now shows the other object, and
@@ -103,10 +51,10 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 		err = fmt.Errorf("%w: %v", fencing.ErrStale, err)
 	}
 	if err != nil {
-		return fmt.Errorf("commit %s: %w", key, err)
+		return fmt.Errorf("commit %s: %w", c.key, err)
 	}
-	info = mergeInfo(info, key, size, meta)
-	n.fsys.log.Debug("committed", "key", key, "size", size, "etag", info.ETag, "took", time.Since(start))
+	info = mergeInfo(info, c.key, c.size, c.meta)
+	n.fsys.log.Debug("committed", "key", c.key, "size", c.size, "etag", info.ETag, "took", time.Since(start))
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.info = info
@@ -114,13 +62,95 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 	n.pending = false
 	n.replacing = false
 	n.keepETag = info.ETag
-	if n.gen == gen {
+	if n.gen == c.gen {
 		n.setCleanLocked()
 		if n.stage == nil {
 			n.fsys.untrack(n)
 		}
 	}
 	return nil
+}
+
+// pendingCommit is what one commit stores, as the node was when it began.
+type pendingCommit struct {
+	key                string
+	gen                uint64
+	size               int64
+	pending, replacing bool
+	base               fencing.Version
+	meta               map[string]string
+	body               io.ReaderAt
+}
+
+// snapshotCommit returns what the node's commit must store, nil when there
+// is nothing to store (clean, or the name is gone), or the error a commit
+// reports without trying (a failed staging write).
+// LOCKS_REQUIRED(n.cmu read)
+func (n *fileNode) snapshotCommit() (*pendingCommit, error) {
+	n.mu.Lock()
+	if !n.dirty {
+		n.mu.Unlock()
+		return nil, nil
+	}
+	key, ok := n.key()
+	if n.unlinked || !ok {
+		n.unlinked = true
+		n.setCleanLocked()
+		n.mu.Unlock()
+		return nil, nil
+	}
+	if err := n.stageErr; err != nil {
+		n.mu.Unlock()
+		return nil, fmt.Errorf("commit %s: not stored: a write to the staging file failed (%w); the file keeps its stored version once every descriptor is closed", key, err)
+	}
+	c := &pendingCommit{key: key, gen: n.gen, size: n.size, pending: n.pending, replacing: n.replacing,
+		base: n.baseLocked(), meta: encodeAttr(n.attr, contentMeta(n.info.Meta)), body: bytes.NewReader(nil)}
+	n.mu.Unlock()
+	if n.stage != nil {
+		c.body = n.stage
+	} else if c.size != 0 {
+		return nil, fmt.Errorf("commit %s: %d bytes but no staged content", key, c.size)
+	}
+	return c, nil
+}
+
+// store writes c through the Guard: through the node's stream when one is
+// in progress, else as a create (pending) or a Put on the base; a
+// whole-file replacement refused because an older epoch changed the object
+// is retried on the current version (replace.go). c.meta becomes what was
+// stored. LOCKS_REQUIRED(n.opMu, n.cmu read)
+func (n *fileNode) store(ctx context.Context, c *pendingCommit) (objstore.ObjectInfo, error) {
+	put := func(base fencing.Version) (objstore.ObjectInfo, error) {
+		return n.fsys.guard.Put(ctx, c.key, c.body, c.size, base, c.meta)
+	}
+	var info objstore.ObjectInfo
+	var err error
+	streamed := false
+	if n.stage != nil && c.size > 0 {
+		info, streamed, err = n.commitStream(ctx, c.key, c.size, c.meta)
+		if streamed && err == nil {
+			c.meta = streamMeta(c.meta)
+		}
+		if streamed && c.replacing && isConflict(err) {
+			streamed, err = false, nil // retried below, as a Put
+		}
+		if streamed && c.pending && errors.Is(err, fencing.ErrStale) {
+			err = fmt.Errorf("%w: %s was created concurrently (%v)", errExist, c.key, err)
+		}
+	}
+	switch {
+	case streamed:
+	case c.pending:
+		info, err = n.fsys.createRetry(ctx, c.key, put)
+	default:
+		info, err = put(c.base)
+	}
+	if err != nil && c.replacing && (isConflict(err) || errors.Is(err, errExist)) {
+		if cur, ok := n.fsys.replacementBase(ctx, c.key); ok {
+			info, err = put(cur)
+		}
+	}
+	return info, err
 }
 
 // forgetName asks the kernel to drop its cached directory entry of the
