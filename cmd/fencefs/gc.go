@@ -14,9 +14,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// gcFlags are the flags of `fencefs gc` beyond the configuration.
+type gcFlags struct {
+	dryRun, verbose         bool
+	uploadAge, tombstoneAge time.Duration
+}
+
 func newGCCmd() *cobra.Command {
-	var dryRun, verbose bool
-	var uploadAge, tombstoneAge time.Duration
+	var f gcFlags
 	cmd := &cobra.Command{
 		Use:   "gc BUCKET[/PREFIX]",
 		Short: "Remove finished intents, old tombstones and incomplete multipart uploads",
@@ -37,69 +42,80 @@ nothing is removed. Progress is shown on a terminal; -v lists every item.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withAdmin(cmd, args[0], 6*adminTimeout, func(ctx context.Context, env *adminEnv) error {
-				out := cmd.OutOrStdout()
-				p := newProgress(os.Stderr)
-				now := time.Now()
-				domain := env.cfg.DomainKeyPrefix()
-				var seen [3]int
-				opts := fencing.GCOptions{
-					Domain:                domain,
-					Prefix:                strings.TrimPrefix(env.cfg.S3.Prefix, domain),
-					TombstonesBefore:      now.Add(-tombstoneAge),
-					UploadsBefore:         now.Add(-uploadAge),
-					SignedRequestValidity: env.cfg.Fence.SignedRequestValidity,
-					DryRun:                dryRun,
-					Report: func(it fencing.GCItem) {
-						switch it.Kind {
-						case "intent":
-							seen[0]++
-						case "tombstone":
-							seen[1]++
-						case "upload":
-							seen[2]++
-						}
-						p.update("gc: %d intents, %d tombstones, %d uploads", seen[0], seen[1], seen[2])
-						if it.Err != nil {
-							env.log.Error("gc: cannot remove", "kind", it.Kind, "key", it.Key, "err", it.Err)
-						}
-						if verbose || it.Err != nil {
-							p.clear()
-							status := "removed"
-							if dryRun {
-								status = "would remove"
-							}
-							if it.Err != nil {
-								status = "FAILED: " + it.Err.Error()
-							}
-							fmt.Fprintf(out, "%-9s %s (%s): %s\n", it.Kind, it.Key, it.Reason, status)
-						}
-					},
-				}
-				res, err := fencing.GC(ctx, env.store, opts)
-				p.clear()
-				verb := "removed"
-				if dryRun {
-					verb = "would remove"
-				}
-				fmt.Fprintf(out, "%s %d intents, %d tombstones, %d incomplete uploads; %d failed\n", verb, res.Intents, res.Tombstones, res.Uploads, res.Failed)
-				if err != nil {
-					return explainStoreErr(env.cfg, err)
-				}
-				if res.Failed > 0 {
-					return fmt.Errorf("%d removals failed", res.Failed)
-				}
-				return nil
+				return runGC(ctx, env, cmd.OutOrStdout(), f)
 			})
 		},
 	}
 	addAdminFlags(cmd, 0)
 	cmd.Flags().String("fence-domain", config.DomainBucket, "fence domain: bucket or prefix")
 	cmd.Flags().String("signed-request-validity", "15m", "tombstones (and their ETag records) younger than this are kept")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only report what would be removed")
-	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "list every item")
-	cmd.Flags().DurationVar(&uploadAge, "upload-age", 24*time.Hour, "abort incomplete multipart uploads older than this")
-	cmd.Flags().DurationVar(&tombstoneAge, "tombstone-age", 0, "keep tombstones younger than this (in addition to the signed-request window)")
+	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "only report what would be removed")
+	cmd.Flags().BoolVarP(&f.verbose, "verbose", "v", false, "list every item")
+	cmd.Flags().DurationVar(&f.uploadAge, "upload-age", 24*time.Hour, "abort incomplete multipart uploads older than this")
+	cmd.Flags().DurationVar(&f.tombstoneAge, "tombstone-age", 0, "keep tombstones younger than this (in addition to the signed-request window)")
 	return cmd
+}
+
+// runGC is the body of `fencefs gc`: it runs fencing.GC, prints the totals
+// to out and fails if the GC or any removal failed.
+func runGC(ctx context.Context, env *adminEnv, out io.Writer, f gcFlags) error {
+	p := newProgress(os.Stderr)
+	now := time.Now()
+	domain := env.cfg.DomainKeyPrefix()
+	opts := fencing.GCOptions{
+		Domain:                domain,
+		Prefix:                strings.TrimPrefix(env.cfg.S3.Prefix, domain),
+		TombstonesBefore:      now.Add(-f.tombstoneAge),
+		UploadsBefore:         now.Add(-f.uploadAge),
+		SignedRequestValidity: env.cfg.Fence.SignedRequestValidity,
+		DryRun:                f.dryRun,
+		Report:                gcReporter(env, out, p, f),
+	}
+	res, err := fencing.GC(ctx, env.store, opts)
+	p.clear()
+	verb := "removed"
+	if f.dryRun {
+		verb = "would remove"
+	}
+	fmt.Fprintf(out, "%s %d intents, %d tombstones, %d incomplete uploads; %d failed\n", verb, res.Intents, res.Tombstones, res.Uploads, res.Failed)
+	if err != nil {
+		return explainStoreErr(env.cfg, err)
+	}
+	if res.Failed > 0 {
+		return fmt.Errorf("%d removals failed", res.Failed)
+	}
+	return nil
+}
+
+// gcReporter returns the GC's Report: it counts the items on p, logs each
+// failure, and lists on out every failed item (every item with -v).
+func gcReporter(env *adminEnv, out io.Writer, p *progress, f gcFlags) func(fencing.GCItem) {
+	var seen [3]int
+	return func(it fencing.GCItem) {
+		switch it.Kind {
+		case "intent":
+			seen[0]++
+		case "tombstone":
+			seen[1]++
+		case "upload":
+			seen[2]++
+		}
+		p.update("gc: %d intents, %d tombstones, %d uploads", seen[0], seen[1], seen[2])
+		if it.Err != nil {
+			env.log.Error("gc: cannot remove", "kind", it.Kind, "key", it.Key, "err", it.Err)
+		}
+		if f.verbose || it.Err != nil {
+			p.clear()
+			status := "removed"
+			if f.dryRun {
+				status = "would remove"
+			}
+			if it.Err != nil {
+				status = "FAILED: " + it.Err.Error()
+			}
+			fmt.Fprintf(out, "%-9s %s (%s): %s\n", it.Kind, it.Key, it.Reason, status)
+		}
+	}
 }
 
 // progress prints a one-line, self-overwriting progress indicator when w is

@@ -256,31 +256,8 @@ func (m *mountRun) start(ctx context.Context) error {
 	}
 	m.guard = guard
 
-	if cfg.Fence.Mode == config.ModeOff && (cfg.Fence.Token != "" || cfg.Fence.TokenFile != "") {
-		m.log.Warn("fence.mode is off: the fencing token is ignored and writes are not fenced")
-	}
-	if !cfg.Mount.ReadOnly && cfg.Fence.Mode != config.ModeOff {
-		switch {
-		case cfg.Fence.TokenFile != "":
-			tok, err := readTokenFile(cfg.Fence.TokenFile)
-			if err != nil {
-				return err
-			}
-			if err := bindToken(ctx, cfg, guard, tok, "fence.token_file "+cfg.Fence.TokenFile); err != nil {
-				return err
-			}
-			w, err := watchTokenFile(cfg.Fence.TokenFile, tok, cfg, guard, m.log)
-			if err != nil {
-				return err
-			}
-			m.watcher = w
-		case cfg.Fence.Token != "":
-			if err := bindToken(ctx, cfg, guard, cfg.Fence.Token, "fence.token"); err != nil {
-				return err
-			}
-		default:
-			m.log.Info("no fencing token: the mount is read-only until one is set (setfattr -n user.fencefs.token -v N MOUNTPOINT)")
-		}
+	if err := m.bindConfiguredToken(ctx); err != nil {
+		return err
 	}
 
 	fs, err := mountFS(ctx, cfg, store, guard, m.log, reg)
@@ -297,6 +274,40 @@ func (m *mountRun) start(ctx context.Context) error {
 	}
 	if m.metrics != nil {
 		m.metrics.serve(m.log)
+	}
+	return nil
+}
+
+// bindConfiguredToken binds the token of fence.token_file (and watches the
+// file) or fence.token on m.guard; without one, or with fencing off or a
+// read-only mount, nothing is bound.
+func (m *mountRun) bindConfiguredToken(ctx context.Context) error {
+	cfg := m.cfg
+	if cfg.Fence.Mode == config.ModeOff && (cfg.Fence.Token != "" || cfg.Fence.TokenFile != "") {
+		m.log.Warn("fence.mode is off: the fencing token is ignored and writes are not fenced")
+	}
+	if !cfg.Mount.ReadOnly && cfg.Fence.Mode != config.ModeOff {
+		switch {
+		case cfg.Fence.TokenFile != "":
+			tok, err := readTokenFile(cfg.Fence.TokenFile)
+			if err != nil {
+				return err
+			}
+			if err := bindToken(ctx, cfg, m.guard, tok, "fence.token_file "+cfg.Fence.TokenFile); err != nil {
+				return err
+			}
+			w, err := watchTokenFile(cfg.Fence.TokenFile, tok, cfg, m.guard, m.log)
+			if err != nil {
+				return err
+			}
+			m.watcher = w
+		case cfg.Fence.Token != "":
+			if err := bindToken(ctx, cfg, m.guard, cfg.Fence.Token, "fence.token"); err != nil {
+				return err
+			}
+		default:
+			m.log.Info("no fencing token: the mount is read-only until one is set (setfattr -n user.fencefs.token -v N MOUNTPOINT)")
+		}
 	}
 	return nil
 }

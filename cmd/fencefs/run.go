@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -111,207 +110,188 @@ waiting.`,
 	return cmd
 }
 
-// runRun is the body of `fencefs run`.
+// runRun is the body of `fencefs run`: check the flags and the mount, wait
+// for the leadership (a signal abandons the wait), then run COMMAND under
+// it and exit with its status.
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
-	switch {
-	case o.lease == "":
-		return usageErrorf("--lease NAME is required")
-	case o.mount == "":
-		return usageErrorf("--mount MOUNTPOINT is required")
-	case o.ttl < lease.MinTTL:
-		return usageErrorf("--ttl %v is below the minimum %v", o.ttl, lease.MinTTL)
-	case o.grace < 0:
-		return usageErrorf("--grace %v is negative", o.grace)
-	}
-	if err := lease.ValidName(o.lease); err != nil {
-		return usageErrorf("--lease: %v", err)
-	}
-	ec, err := config.LoadEtcd(config.Source{Flags: cmd.Flags()})
-	if err != nil {
-		return usageError{err}
-	}
-	if ec.Enabled() {
-		if err := checkEtcdTTL(o.ttl); err != nil {
-			return err
-		}
-	}
-	mp, err := filepath.Abs(o.mount)
-	if err != nil {
-		return usageErrorf("--mount: %v", err)
-	}
-	target, err := runTarget(mp, o.bucket)
+	ec, mp, target, err := checkRun(cmd, o)
 	if err != nil {
 		return err
 	}
-	if st, err := readStatus(mp); err != nil {
-		return err
-	} else if st["state"] == "off" {
-		return usageErrorf("the mount at %s has fencing off (fence.mode=off): fencefs run needs a fenced mount", mp)
-	}
-
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-
-	// Waiting: a signal abandons it.
-	waitCtx, cancelWait := context.WithCancel(context.Background())
-	defer cancelWait()
-	var (
-		interrupted os.Signal // written by the goroutine; read after endWait
-		stopWait    = make(chan struct{})
-		waitExited  = make(chan struct{})
-		endOnce     sync.Once
-	)
-	go func() {
-		defer close(waitExited)
-		select {
-		case sig := <-sigs:
-			interrupted = sig
-			cancelWait()
-		case <-stopWait:
-		}
-	}()
-	// endWait stops the wait-phase signal handler and returns the signal
-	// that interrupted the wait, if any.
-	endWait := func() os.Signal {
-		endOnce.Do(func() { close(stopWait) })
-		<-waitExited
-		return interrupted
-	}
-	defer endWait()
+	w := watchWait(sigs)
+	defer w.close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
-	env, err := openAdmin(waitCtx, cmd, target, reg)
+	env, err := openAdmin(w.ctx, cmd, target, reg)
 	if err != nil {
-		return interruptedOr(endWait(), o, err)
+		return interruptedOr(w.end(), o, err)
 	}
 	defer env.close()
 	setSecrets(append(env.cfg.Secrets(), ec.Secrets()...))
 	var held atomic.Pointer[lease.Leader] // for /healthz, once acquired
-	if addr := env.cfg.Metrics.Addr; addr != "" {
-		ms, err := listenMetrics(addr, reg, func() (int, string) {
-			if p := held.Load(); p != nil {
-				return leaseHealth(o.lease, *p)
-			}
-			return leaseHealth(o.lease, nil)
-		})
-		if err != nil {
-			return interruptedOr(endWait(), o, err)
-		}
-		ms.serve(env.log)
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			ms.close(ctx)
-		}()
-	}
-	var (
-		l          lease.Leader
-		closeElect = func() {}
-	)
-	if ec.Enabled() {
-		l, closeElect, err = campaignEtcd(waitCtx, ec, env, o, mp, reg)
-	} else {
-		l, err = acquireS3Lease(waitCtx, env, o, mp, reg)
-	}
+	stopMetrics, err := serveRunMetrics(env, reg, o.lease, &held)
 	if err != nil {
-		return interruptedOr(endWait(), o, err)
+		return interruptedOr(w.end(), o, err)
+	}
+	defer stopMetrics()
+	l, closeElect, err := acquireLeader(w.ctx, ec, env, o, mp, reg)
+	if err != nil {
+		return interruptedOr(w.end(), o, err)
 	}
 	defer closeElect()
 	held.Store(&l)
 
-	releaseLease := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), o.ttl)
-		defer cancel()
-		if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
-			env.log.Warn("could not release the lease; it expires after its TTL", "lease", o.lease, "err", err)
-		}
-	}
-	if sig := endWait(); sig != nil {
+	release := func() { releaseLeader(l, o, env) }
+	if sig := w.end(); sig != nil {
 		// Interrupted just as the lease came.
-		releaseLease()
+		release()
 		return interruptedOr(sig, o, nil)
 	}
 	if l.Err() != nil {
-		releaseLease()
+		release()
 		return exitError{code: exitLeaseLost, msg: fmt.Sprintf("fencefs: run: lease %s lost before %s started: %v", o.lease, argv[0], l.Err())}
 	}
-
-	c := exec.Command(argv[0], argv[1:]...)
-	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-	c.Env = append(os.Environ(),
-		"FENCEFS_TOKEN="+strconv.FormatUint(l.Token(), 10),
-		"FENCEFS_LEASE="+o.lease,
-		"FENCEFS_MOUNT="+mp,
-	)
-	// The command must not outlive an unsupervised lease: if this process
-	// dies, the kernel sends it SIGTERM.
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: !o.foreground, Pdeathsig: syscall.SIGTERM}
-	if err := c.Start(); err != nil {
-		releaseLease()
-		code := exitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = exitNotFound
-		}
-		return exitError{code: code, msg: fmt.Sprintf("fencefs: run: cannot run %s: %v", argv[0], unwrapPath(err))}
+	c, err := startCommand(o, argv, l.Token(), mp)
+	if err != nil {
+		release()
+		return err
 	}
-	signalCmd := func(sig syscall.Signal) {
-		if o.foreground {
-			_ = c.Process.Signal(sig)
-			return
-		}
-		_ = syscall.Kill(-c.Process.Pid, sig)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- c.Wait() }()
+	waitErr, lostErr := superviseCommand(env, o, c, l, sigs)
+	release()
+	return runExit(o, argv[0], c.ProcessState, waitErr, lostErr)
+}
 
-	var (
-		waitErr  error
-		lostErr  error
-		stopping bool
-		killT    <-chan time.Time
-		lost     = l.Lost()
-	)
-loop:
-	for {
+// checkRun checks the flags of `fencefs run` and the mount at o.mount, and
+// returns the etcd settings, the absolute mountpoint and the
+// BUCKET[/PREFIX] to configure (see runTarget).
+func checkRun(cmd *cobra.Command, o runOptions) (ec *config.Etcd, mp, target string, err error) {
+	switch {
+	case o.lease == "":
+		return nil, "", "", usageErrorf("--lease NAME is required")
+	case o.mount == "":
+		return nil, "", "", usageErrorf("--mount MOUNTPOINT is required")
+	case o.ttl < lease.MinTTL:
+		return nil, "", "", usageErrorf("--ttl %v is below the minimum %v", o.ttl, lease.MinTTL)
+	case o.grace < 0:
+		return nil, "", "", usageErrorf("--grace %v is negative", o.grace)
+	}
+	if err := lease.ValidName(o.lease); err != nil {
+		return nil, "", "", usageErrorf("--lease: %v", err)
+	}
+	ec, err = config.LoadEtcd(config.Source{Flags: cmd.Flags()})
+	if err != nil {
+		return nil, "", "", usageError{err}
+	}
+	if ec.Enabled() {
+		if err := checkEtcdTTL(o.ttl); err != nil {
+			return nil, "", "", err
+		}
+	}
+	mp, err = filepath.Abs(o.mount)
+	if err != nil {
+		return nil, "", "", usageErrorf("--mount: %v", err)
+	}
+	target, err = runTarget(mp, o.bucket)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if st, err := readStatus(mp); err != nil {
+		return nil, "", "", err
+	} else if st["state"] == "off" {
+		return nil, "", "", usageErrorf("the mount at %s has fencing off (fence.mode=off): fencefs run needs a fenced mount", mp)
+	}
+	return ec, mp, target, nil
+}
+
+// waitPhase is the signal handling while fencefs run waits for the lease: a
+// signal cancels ctx, and end reports it.
+type waitPhase struct {
+	ctx         context.Context
+	cancel      context.CancelFunc
+	interrupted os.Signal // written by the goroutine; read after end
+	stop        chan struct{}
+	exited      chan struct{}
+	endOnce     sync.Once
+}
+
+// watchWait starts the wait phase's handler of sigs.
+func watchWait(sigs <-chan os.Signal) *waitPhase {
+	w := &waitPhase{stop: make(chan struct{}), exited: make(chan struct{})}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	go func() {
+		defer close(w.exited)
 		select {
-		case waitErr = <-exited:
-			break loop
 		case sig := <-sigs:
-			if s, ok := sig.(syscall.Signal); ok {
-				env.log.Info("forwarding signal", "signal", sig.String())
-				signalCmd(s)
-			}
-		case <-lost:
-			lost = nil
-			lostErr = l.Err()
-			stopping = true
-			env.log.Warn("lease lost; stopping the command", "lease", o.lease, "reason", lostErr,
-				"pid", c.Process.Pid, "grace", o.grace)
-			signalCmd(syscall.SIGTERM)
-			killT = time.After(o.grace)
-		case <-killT:
-			killT = nil
-			env.log.Warn("the command did not stop within the grace period; killing it", "pid", c.Process.Pid)
-			signalCmd(syscall.SIGKILL)
+			w.interrupted = sig
+			w.cancel()
+		case <-w.stop:
 		}
-	}
-	if !o.foreground && stopping {
-		// Children of the command that outlived it.
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-	}
-	releaseLease()
+	}()
+	return w
+}
 
-	status, how := exitStatus(c.ProcessState, waitErr)
-	if lostErr != nil {
-		reason := strings.TrimPrefix(lostErr.Error(), lease.ErrLost.Error()+": ")
-		return exitError{code: exitLeaseLost, msg: fmt.Sprintf("fencefs: run: lease %s lost: %s; %s %s", o.lease, reason, argv[0], how)}
+// end stops the wait-phase signal handler (it may be called again) and
+// returns the signal that interrupted the wait, if any.
+func (w *waitPhase) end() os.Signal {
+	w.endOnce.Do(func() { close(w.stop) })
+	<-w.exited
+	return w.interrupted
+}
+
+// close ends the wait phase and cancels its context.
+func (w *waitPhase) close() {
+	w.end()
+	w.cancel()
+}
+
+// serveRunMetrics serves the metrics of reg and /healthz (leaseHealth of
+// the leader held, once stored) when metrics.addr is set. The returned
+// function stops the server.
+func serveRunMetrics(env *adminEnv, reg *prometheus.Registry, name string, held *atomic.Pointer[lease.Leader]) (func(), error) {
+	addr := env.cfg.Metrics.Addr
+	if addr == "" {
+		return func() {}, nil
 	}
-	if status != 0 {
-		return exitError{code: status}
+	ms, err := listenMetrics(addr, reg, func() (int, string) {
+		if p := held.Load(); p != nil {
+			return leaseHealth(name, *p)
+		}
+		return leaseHealth(name, nil)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	ms.serve(env.log)
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		ms.close(ctx)
+	}, nil
+}
+
+// acquireLeader waits for the leadership, in etcd when ec is enabled, else
+// the S3 lease, and binds its token on the mount at mp. The returned
+// function closes what the election needs (after Release).
+func acquireLeader(ctx context.Context, ec *config.Etcd, env *adminEnv, o runOptions, mp string, reg prometheus.Registerer) (lease.Leader, func(), error) {
+	if ec.Enabled() {
+		return campaignEtcd(ctx, ec, env, o, mp, reg)
+	}
+	l, err := acquireS3Lease(ctx, env, o, mp, reg)
+	return l, func() {}, err
+}
+
+// releaseLeader releases l within the TTL; a failure is only logged (the
+// lease expires anyway).
+func releaseLeader(l lease.Leader, o runOptions, env *adminEnv) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.ttl)
+	defer cancel()
+	if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
+		env.log.Warn("could not release the lease; it expires after its TTL", "lease", o.lease, "err", err)
+	}
 }
 
 // acquireS3Lease waits for the lease o.lease on the bucket and binds the
