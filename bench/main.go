@@ -126,39 +126,8 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var c config
-	var size, smallSize, partSize, chunk, only, fencefsArgs, workloads string
-	fs.StringVar(&c.FencefsBin, "bin", "bin/fencefs", "fencefs binary")
-	fs.StringVar(&c.GatewayBin, "gateway", "", "versitygw binary (default: $FENCEFS_VERSITYGW, <repo>/bin/versitygw, $PATH)")
-	fs.StringVar(&size, "size", "1GiB", "size of the sequentially written and read file")
-	fs.IntVar(&c.SmallCount, "small", 1000, "number of small files")
-	fs.StringVar(&smallSize, "small-size", "4KiB", "size of each small file")
-	fs.IntVar(&c.RenameFiles, "rename-files", 100, "number of files renamed one by one")
-	fs.IntVar(&c.DirFiles, "dir-files", 100, "number of files in the renamed directory")
-	fs.IntVar(&c.Runs, "runs", 3, "runs per target (the table shows medians)")
-	fs.StringVar(&only, "only", "", "comma-separated targets to run (default all): "+strings.Join(targetNames(), ","))
-	fs.BoolVar(&c.Quick, "quick", false, "smoke run: small sizes, one run, no results file unless -out is given")
-	fs.StringVar(&c.Out, "out", "", `results file (default bench/results/<date>-<host>.md; "-" = none)`)
-	fs.StringVar(&c.WorkDir, "workdir", "", "directory for the gateway data, mountpoints, caches and logs (default: a new directory in /dev/shm when memory allows, else /var/tmp)")
-	fs.BoolVar(&c.Keep, "keep", false, "keep the work directory (logs) afterwards")
-	fs.IntVar(&c.CheckEvery, "check-every", 10, "check durability at close of every Nth small file (1 = every file)")
-	fs.StringVar(&partSize, "part-size", "16MiB", "raw client's multipart part size (minio-go's default)")
-	fs.IntVar(&c.RawThreads, "raw-threads", 4, "raw client's parallel part uploads (minio-go's default)")
-	fs.StringVar(&chunk, "chunk", "1MiB", "bytes per write(2)/read(2) call on the large file")
-	fs.DurationVar(&c.TargetTimeout, "target-timeout", 20*time.Minute, "watchdog: a target run taking longer is killed")
-	fs.StringVar(&fencefsArgs, "fencefs-args", "", "extra space-separated arguments for every fencefs mount")
-	fs.StringVar(&c.PerfDir, "perf", "", "record a `perf` CPU profile of every fencefs mount (and the gateway) per workload into this directory")
-	fs.BoolVar(&c.CountRequests, "requests", true, "count fencefs's S3 requests per operation through its metrics endpoint")
-	fs.Float64Var(&c.QuietIdle, "quiet", 0.8, "before each target run, wait until the machine's CPUs are this idle over 2s (0 = don't wait); the idle fraction is reported")
-	fs.DurationVar(&c.QuietWait, "quiet-wait", 3*time.Minute, "longest wait for -quiet before measuring anyway")
-	fs.BoolVar(&c.FailOnError, "fail-on-error", false, "exit with status 1 when a target run fails or a target that promises durability at close breaks it (for smoke tests)")
-	fs.BoolVar(&c.Verbose, "v", false, "log every step")
-	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads to run (what they need is added): "+
-		strings.Join(workloadGroups["all"], ",")+"; or the groups basic (issue 8), legacy (issue 17), all")
-	fs.IntVar(&c.ShellFiles, "shell-files", 500, "files written by each bash redirect loop (and appended to)")
-	fs.IntVar(&c.Shells, "shells", 8, "parallel shells running the redirect loop")
-	fs.StringVar(&c.TarDir, "tar-dir", "", "directory tree archived, then extracted with tar x (default $(go env GOROOT)/src/net/http)")
-	fs.IntVar(&c.ListFiles, "ls-files", 20000, "objects in the directory listed with ls -l (written by the raw client)")
-	fs.IntVar(&c.FindFiles, "find-files", 100000, "objects in the 4 directories find -type f walks (written by the raw client)")
+	var r rawFlags
+	defineFlags(fs, &c, &r)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -168,47 +137,95 @@ func parseFlags(args []string) (config, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if c.Quick {
-		quickDefaults(&c, &size, set)
+		quickDefaults(&c, &r.size, set)
 	}
+	err := r.apply(&c)
+	return c, err
+}
+
+// rawFlags are the flags that apply turns into config fields: sizes with
+// units and comma- or space-separated lists.
+type rawFlags struct {
+	size, smallSize, partSize, chunk, only, fencefsArgs, workloads string
+}
+
+// defineFlags defines the flags of the benchmark on fs, into c and r.
+func defineFlags(fs *flag.FlagSet, c *config, r *rawFlags) {
+	fs.StringVar(&c.FencefsBin, "bin", "bin/fencefs", "fencefs binary")
+	fs.StringVar(&c.GatewayBin, "gateway", "", "versitygw binary (default: $FENCEFS_VERSITYGW, <repo>/bin/versitygw, $PATH)")
+	fs.StringVar(&r.size, "size", "1GiB", "size of the sequentially written and read file")
+	fs.IntVar(&c.SmallCount, "small", 1000, "number of small files")
+	fs.StringVar(&r.smallSize, "small-size", "4KiB", "size of each small file")
+	fs.IntVar(&c.RenameFiles, "rename-files", 100, "number of files renamed one by one")
+	fs.IntVar(&c.DirFiles, "dir-files", 100, "number of files in the renamed directory")
+	fs.IntVar(&c.Runs, "runs", 3, "runs per target (the table shows medians)")
+	fs.StringVar(&r.only, "only", "", "comma-separated targets to run (default all): "+strings.Join(targetNames(), ","))
+	fs.BoolVar(&c.Quick, "quick", false, "smoke run: small sizes, one run, no results file unless -out is given")
+	fs.StringVar(&c.Out, "out", "", `results file (default bench/results/<date>-<host>.md; "-" = none)`)
+	fs.StringVar(&c.WorkDir, "workdir", "", "directory for the gateway data, mountpoints, caches and logs (default: a new directory in /dev/shm when memory allows, else /var/tmp)")
+	fs.BoolVar(&c.Keep, "keep", false, "keep the work directory (logs) afterwards")
+	fs.IntVar(&c.CheckEvery, "check-every", 10, "check durability at close of every Nth small file (1 = every file)")
+	fs.StringVar(&r.partSize, "part-size", "16MiB", "raw client's multipart part size (minio-go's default)")
+	fs.IntVar(&c.RawThreads, "raw-threads", 4, "raw client's parallel part uploads (minio-go's default)")
+	fs.StringVar(&r.chunk, "chunk", "1MiB", "bytes per write(2)/read(2) call on the large file")
+	fs.DurationVar(&c.TargetTimeout, "target-timeout", 20*time.Minute, "watchdog: a target run taking longer is killed")
+	fs.StringVar(&r.fencefsArgs, "fencefs-args", "", "extra space-separated arguments for every fencefs mount")
+	fs.StringVar(&c.PerfDir, "perf", "", "record a `perf` CPU profile of every fencefs mount (and the gateway) per workload into this directory")
+	fs.BoolVar(&c.CountRequests, "requests", true, "count fencefs's S3 requests per operation through its metrics endpoint")
+	fs.Float64Var(&c.QuietIdle, "quiet", 0.8, "before each target run, wait until the machine's CPUs are this idle over 2s (0 = don't wait); the idle fraction is reported")
+	fs.DurationVar(&c.QuietWait, "quiet-wait", 3*time.Minute, "longest wait for -quiet before measuring anyway")
+	fs.BoolVar(&c.FailOnError, "fail-on-error", false, "exit with status 1 when a target run fails or a target that promises durability at close breaks it (for smoke tests)")
+	fs.BoolVar(&c.Verbose, "v", false, "log every step")
+	fs.StringVar(&r.workloads, "workloads", "all", "comma-separated workloads to run (what they need is added): "+
+		strings.Join(workloadGroups["all"], ",")+"; or the groups basic (issue 8), legacy (issue 17), all")
+	fs.IntVar(&c.ShellFiles, "shell-files", 500, "files written by each bash redirect loop (and appended to)")
+	fs.IntVar(&c.Shells, "shells", 8, "parallel shells running the redirect loop")
+	fs.StringVar(&c.TarDir, "tar-dir", "", "directory tree archived, then extracted with tar x (default $(go env GOROOT)/src/net/http)")
+	fs.IntVar(&c.ListFiles, "ls-files", 20000, "objects in the directory listed with ls -l (written by the raw client)")
+	fs.IntVar(&c.FindFiles, "find-files", 100000, "objects in the 4 directories find -type f walks (written by the raw client)")
+}
+
+// apply parses r into c and checks c's counts and sizes.
+func (r rawFlags) apply(c *config) error {
 	var err error
-	if c.LargeSize, err = parseSize(size); err != nil {
-		return c, fmt.Errorf("-size: %w", err)
+	if c.LargeSize, err = parseSize(r.size); err != nil {
+		return fmt.Errorf("-size: %w", err)
 	}
-	ss, err := parseSize(smallSize)
+	ss, err := parseSize(r.smallSize)
 	if err != nil {
-		return c, fmt.Errorf("-small-size: %w", err)
+		return fmt.Errorf("-small-size: %w", err)
 	}
 	c.SmallSize = int(ss)
-	if c.PartSize, err = parseSize(partSize); err != nil {
-		return c, fmt.Errorf("-part-size: %w", err)
+	if c.PartSize, err = parseSize(r.partSize); err != nil {
+		return fmt.Errorf("-part-size: %w", err)
 	}
-	ch, err := parseSize(chunk)
+	ch, err := parseSize(r.chunk)
 	if err != nil {
-		return c, fmt.Errorf("-chunk: %w", err)
+		return fmt.Errorf("-chunk: %w", err)
 	}
 	c.WriteChunk = int(ch)
 	if c.Runs < 1 || c.SmallCount < 1 || c.SmallSize < 1 || c.RenameFiles < 1 || c.DirFiles < 1 ||
 		c.CheckEvery < 1 || c.RawThreads < 1 || c.WriteChunk < 1 || c.LargeSize < 1 ||
 		c.ShellFiles < 1 || c.Shells < 1 || c.ListFiles < 1 || c.FindFiles < 1 {
-		return c, errors.New("counts and sizes must be positive")
+		return errors.New("counts and sizes must be positive")
 	}
 	if c.FindFiles < 4 {
-		return c, errors.New("-find-files: at least 4 (one per directory)")
+		return errors.New("-find-files: at least 4 (one per directory)")
 	}
-	if only != "" {
-		for _, name := range strings.Split(only, ",") {
+	if r.only != "" {
+		for _, name := range strings.Split(r.only, ",") {
 			name = strings.TrimSpace(name)
 			if !slices.Contains(targetNames(), name) {
-				return c, fmt.Errorf("-only: unknown target %q (known: %s)", name, strings.Join(targetNames(), ","))
+				return fmt.Errorf("-only: unknown target %q (known: %s)", name, strings.Join(targetNames(), ","))
 			}
 			c.Only = append(c.Only, name)
 		}
 	}
-	if c.Workloads, err = parseWorkloads(workloads); err != nil {
-		return c, fmt.Errorf("-workloads: %w", err)
+	if c.Workloads, err = parseWorkloads(r.workloads); err != nil {
+		return fmt.Errorf("-workloads: %w", err)
 	}
-	c.FencefsArgs = strings.Fields(fencefsArgs)
-	return c, nil
+	c.FencefsArgs = strings.Fields(r.fencefsArgs)
+	return nil
 }
 
 // quickDefaults applies -quick's small sizes to the flags not given
@@ -242,17 +259,7 @@ func quickDefaults(c *config, size *string, set map[string]bool) {
 // target Runs times, print and save the report. It returns after everything
 // it started has been stopped.
 func run(ctx context.Context, cfg config) (err error) {
-	if cfg.FencefsBin, err = filepath.Abs(cfg.FencefsBin); err != nil {
-		return err
-	}
-	if cfg.WorkDir == "" {
-		if cfg.WorkDir, err = os.MkdirTemp(defaultWorkParent(cfg), "fencefs-bench-"); err != nil {
-			return err
-		}
-	} else if err = os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
-		return err
-	}
-	if cfg.WorkDir, err = filepath.Abs(cfg.WorkDir); err != nil {
+	if err = prepareWorkDir(&cfg); err != nil {
 		return err
 	}
 	defer func() {
@@ -295,7 +302,41 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	defer env.close()
+	res, err := measureAll(ctx, cfg, env)
+	if err != nil {
+		return err
+	}
+	if err := saveReport(cfg, res.markdown()); err != nil {
+		return err
+	}
+	if cfg.FailOnError {
+		if problems := res.problems(); len(problems) > 0 {
+			return fmt.Errorf("-fail-on-error: %s", strings.Join(problems, "; "))
+		}
+	}
+	return nil
+}
 
+// prepareWorkDir makes cfg's binary path absolute and creates the work
+// directory (a new one when -workdir is not given), also made absolute.
+func prepareWorkDir(cfg *config) (err error) {
+	if cfg.FencefsBin, err = filepath.Abs(cfg.FencefsBin); err != nil {
+		return err
+	}
+	if cfg.WorkDir == "" {
+		if cfg.WorkDir, err = os.MkdirTemp(defaultWorkParent(*cfg), "fencefs-bench-"); err != nil {
+			return err
+		}
+	} else if err = os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+		return err
+	}
+	cfg.WorkDir, err = filepath.Abs(cfg.WorkDir)
+	return err
+}
+
+// measureAll measures every selected target cfg.Runs times, each round in
+// a rotated order, and returns the results; it stops when ctx ends.
+func measureAll(ctx context.Context, cfg config, env *benchEnv) (*results, error) {
 	targets := selectTargets(cfg)
 	res := newResults(cfg, targets)
 	res.Machine = describeMachine(cfg)
@@ -304,7 +345,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	for r := 1; r <= cfg.Runs; r++ {
 		for _, t := range rotate(targets, r-1) {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 			idle := waitQuiet(ctx, cfg)
 			slog.Info("measuring", "target", t.Name(), "run", r, "of", cfg.Runs, "cpu_idle", fmt.Sprintf("%.0f%%", 100*idle))
@@ -318,26 +359,26 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	res.Elapsed = time.Since(start)
+	return res, nil
+}
 
-	report := res.markdown()
+// saveReport prints the report and writes it to the results file, if any.
+func saveReport(cfg config, report string) error {
 	fmt.Println(report)
-	if out := resultsPath(cfg); out != "" {
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "results saved to %s\n", out)
+	out := resultsPath(cfg)
+	if out == "" {
+		return nil
 	}
-	if cfg.FailOnError {
-		if problems := res.problems(); len(problems) > 0 {
-			return fmt.Errorf("-fail-on-error: %s", strings.Join(problems, "; "))
-		}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
 	}
+	if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "results saved to %s\n", out)
 	return nil
 }
 

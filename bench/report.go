@@ -249,25 +249,39 @@ func (r *results) markdown() string {
 		r.legacyMarkdown(&b)
 	}
 
+	r.errorsMarkdown(&b)
+	r.runsMarkdown(&b, defs)
+	r.methodMarkdown(&b)
+	return b.String()
+}
+
+// errorsMarkdown writes the section of the failed runs and durability
+// checks (at most five per run), if there were any.
+func (r *results) errorsMarkdown(b *bytes.Buffer) {
 	if len(r.errors) > 0 || r.anyFailures() {
 		b.WriteString("## Errors and failed durability checks\n\n")
 		for _, t := range r.targets {
 			for _, e := range r.errors[t.Name()] {
-				fmt.Fprintf(&b, "- **%s** %s\n", t.Name(), indentLines(e))
+				fmt.Fprintf(b, "- **%s** %s\n", t.Name(), indentLines(e))
 			}
 			for _, m := range r.runs[t.Name()] {
 				for i, f := range m.failures {
 					if i == 5 {
-						fmt.Fprintf(&b, "- **%s** run %d: … %d more\n", t.Name(), m.run, len(m.failures)-5)
+						fmt.Fprintf(b, "- **%s** run %d: … %d more\n", t.Name(), m.run, len(m.failures)-5)
 						break
 					}
-					fmt.Fprintf(&b, "- **%s** run %d: %s\n", t.Name(), m.run, f)
+					fmt.Fprintf(b, "- **%s** run %d: %s\n", t.Name(), m.run, f)
 				}
 			}
 		}
 		b.WriteString("\n")
 	}
+}
 
+// runsMarkdown writes the table of every run's values of defs and of the
+// legacy workloads' metrics.
+func (r *results) runsMarkdown(b *bytes.Buffer, defs []metricDef) {
+	cfg := r.cfg
 	b.WriteString("## Every run\n\n")
 	b.WriteString("`idle`: share of the machine's CPU time idle in the 2 s before the run. `other`: CPUs used during the run by " +
 		"processes other than the benchmark, the gateway and the mount (kernel write-back included); other load makes a run noisy.\n\n")
@@ -301,20 +315,24 @@ func (r *results) markdown() string {
 			rows = append(rows, row)
 		}
 	}
-	table(&b, header, rows)
+	table(b, header, rows)
+}
 
+// methodMarkdown writes the method, the machine and how to reproduce the
+// run.
+func (r *results) methodMarkdown(b *bytes.Buffer) {
+	cfg := r.cfg
 	b.WriteString("## Method\n\n")
 	b.WriteString(method(cfg))
 	b.WriteString("\n## Machine\n\n")
 	for _, m := range r.Machine {
-		fmt.Fprintf(&b, "- %s: %s\n", m.k, m.v)
+		fmt.Fprintf(b, "- %s: %s\n", m.k, m.v)
 	}
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
-		fmt.Fprintf(&b, "- load average at end: %s\n", strings.TrimSpace(string(la)))
+		fmt.Fprintf(b, "- load average at end: %s\n", strings.TrimSpace(string(la)))
 	}
-	fmt.Fprintf(&b, "\nReproduce: `make bench` (or `%s`).\n",
+	fmt.Fprintf(b, "\nReproduce: `make bench` (or `%s`).\n",
 		strings.Join(append([]string{"go run ./bench -bin bin/fencefs -gateway bin/versitygw"}, reproFlags(cfg)...), " "))
-	return b.String()
 }
 
 // basicMarkdown writes the tables of issue 8's workloads: medians, ratios
