@@ -132,32 +132,9 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 		}
 	}
 	info, a := sb.snapshot()
-
-	// The version the destination is conditioned on.
-	dstBase := fencing.Version{}
-	dstLive := false
-	if db != nil && db != sb {
-		df, _ := dst.Operations().(*fileNode)
-		db.mu.Lock()
-		dstVersion := fencing.VersionOf(db.info)
-		pendingOnly := df != nil && df.pending
-		gone := df != nil && df.unlinked
-		db.mu.Unlock()
-		if !gone {
-			dstLive = true
-			if !pendingOnly {
-				dstBase = dstVersion
-			}
-		}
-		if noreplace && dstLive {
-			return fmt.Errorf("%w: %s", errExist, dstKey)
-		}
-		if df != nil && dstLive && !pendingOnly {
-			// Open handles of the replaced file keep reading its content.
-			if err := df.preserveForReadersLocked(ctx); err != nil {
-				return err
-			}
-		}
+	dstBase, err := renameTarget(ctx, dst, db, sb, dstKey, noreplace)
+	if err != nil {
+		return err
 	}
 
 	a.Ctime = time.Now()
@@ -166,26 +143,7 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 	release := fsys.guard.Reserve(ctx,
 		fencing.Intent{Key: dstKey, Base: dstBase}, fencing.Intent{Key: srcKey, Base: fencing.VersionOf(info)})
 	defer release()
-	cp := func(base fencing.Version) (objstore.ObjectInfo, error) {
-		return fsys.guard.Copy(ctx, srcKey, info.ETag, dstKey, base, meta)
-	}
-	out, err := cp(dstBase)
-	if err != nil && isConflict(err) && !dstBase.Exists() {
-		// Something we did not know about is at the destination.
-		cur, serr := fsys.store.Stat(ctx, dstKey)
-		switch {
-		case serr != nil:
-			if !errors.Is(serr, objstore.ErrNotFound) {
-				err = serr
-			}
-		case fencing.IsTombstone(cur):
-			out, err = cp(fencing.VersionOf(cur))
-		case noreplace:
-			err = fmt.Errorf("%w: %s", errExist, dstKey)
-		default:
-			out, err = cp(fencing.VersionOf(cur))
-		}
-	}
+	out, err := fsys.copyForRename(ctx, srcKey, info.ETag, dstKey, dstBase, meta, noreplace)
 	if err != nil {
 		return err
 	}
@@ -218,6 +176,67 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 	return nil
 }
 
+// renameTarget returns the version the rename's copy onto dstKey is
+// conditioned on (absent unless this mount knows a stored destination),
+// refusing a live destination with noreplace, and keeps a replaced file's
+// content readable for its open handles. LOCKS_REQUIRED(db.opMu)
+func renameTarget(ctx context.Context, dst *fs.Inode, db, sb *nodeBase, dstKey string, noreplace bool) (fencing.Version, error) {
+	if db == nil || db == sb {
+		return fencing.Version{}, nil
+	}
+	df, _ := dst.Operations().(*fileNode)
+	db.mu.Lock()
+	dstVersion := fencing.VersionOf(db.info)
+	pendingOnly := df != nil && df.pending
+	gone := df != nil && df.unlinked
+	db.mu.Unlock()
+	if gone {
+		return fencing.Version{}, nil
+	}
+	if noreplace {
+		return fencing.Version{}, fmt.Errorf("%w: %s", errExist, dstKey)
+	}
+	if pendingOnly {
+		return fencing.Version{}, nil
+	}
+	if df != nil {
+		// Open handles of the replaced file keep reading its content.
+		if err := df.preserveForReadersLocked(ctx); err != nil {
+			return fencing.Version{}, err
+		}
+	}
+	return dstVersion, nil
+}
+
+// copyForRename copies srcKey (at srcETag) onto dstKey conditioned on
+// dstBase; when the destination was thought absent but is not, it is
+// replaced on its current version (a tombstone, or an object unless
+// noreplace: EEXIST).
+func (fsys *filesystem) copyForRename(ctx context.Context, srcKey, srcETag, dstKey string, dstBase fencing.Version, meta map[string]string, noreplace bool) (objstore.ObjectInfo, error) {
+	cp := func(base fencing.Version) (objstore.ObjectInfo, error) {
+		return fsys.guard.Copy(ctx, srcKey, srcETag, dstKey, base, meta)
+	}
+	out, err := cp(dstBase)
+	if err == nil || !isConflict(err) || dstBase.Exists() {
+		return out, err
+	}
+	// Something we did not know about is at the destination.
+	cur, serr := fsys.store.Stat(ctx, dstKey)
+	switch {
+	case serr != nil:
+		if !errors.Is(serr, objstore.ErrNotFound) {
+			return out, serr
+		}
+		return out, err
+	case fencing.IsTombstone(cur):
+		return cp(fencing.VersionOf(cur))
+	case noreplace:
+		return out, fmt.Errorf("%w: %s", errExist, dstKey)
+	default:
+		return cp(fencing.VersionOf(cur))
+	}
+}
+
 // renameDir moves every object below srcKey+"/" to dstKey+"/": all copies
 // first (conditioned on the destinations being absent), then the deletes of
 // the sources (conditioned on the versions copied). A failed copy removes
@@ -225,6 +244,42 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 // reported.
 func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey string, np *dirNode, dst *fs.Inode, dstKey string, noreplace bool) error {
 	srcPrefix, dstPrefix := srcKey+"/", dstKey+"/"
+	if err := fsys.checkDirRename(ctx, srcPrefix, dst, dstKey, noreplace); err != nil {
+		return err
+	}
+	// The copies are of stored objects: commit what is pending below.
+	if err := commitTree(ctx, sd.EmbeddedInode()); err != nil {
+		return err
+	}
+	srcs, dstVersions, err := fsys.dirRenamePlan(ctx, srcPrefix, dstPrefix)
+	if err != nil {
+		return err
+	}
+	copied, err := fsys.copyTree(ctx, srcs, srcPrefix, dstPrefix, dstVersions)
+	if err != nil {
+		return err
+	}
+	if err := fsys.deleteTree(ctx, srcs, srcPrefix); err != nil {
+		fsys.log.Warn("directory rename copied everything but could not delete all sources; both trees exist",
+			"src", srcPrefix, "dst", dstPrefix, "err", err)
+		return err
+	}
+	// The nodes below move with the tree (go-fuse moves the subtree when we
+	// return); give them the versions copied.
+	byOld := make(map[string]objstore.ObjectInfo, len(srcs))
+	for i, e := range srcs {
+		byOld[e.Key] = copied[i]
+	}
+	updateTree(sd.EmbeddedInode(), srcPrefix, byOld)
+	return nil
+}
+
+// checkDirRename refuses a directory rename that cannot be done: into
+// itself, of the protocol directory's parent, beyond max_dir_rename, onto
+// a non-directory, onto anything with noreplace, or onto a non-empty
+// directory.
+func (fsys *filesystem) checkDirRename(ctx context.Context, srcPrefix string, dst *fs.Inode, dstKey string, noreplace bool) error {
+	dstPrefix := dstKey + "/"
 	if strings.HasPrefix(dstPrefix, srcPrefix) {
 		return fmt.Errorf("%w: cannot move %s into itself", errInvalid, srcPrefix)
 	}
@@ -234,8 +289,7 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 	if fsys.opts.MaxDirRename == 0 {
 		return fmt.Errorf("%w: directory renames are disabled (max_dir_rename=0)", errCrossDevice)
 	}
-	switch {
-	case dst != nil:
+	if dst != nil {
 		dd, ok := dst.Operations().(*dirNode)
 		if !ok {
 			return fmt.Errorf("%w: %s", errNotDir, dstKey)
@@ -243,32 +297,30 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 		if noreplace {
 			return fmt.Errorf("%w: %s", errExist, dstKey)
 		}
-		if err := dd.checkEmpty(ctx, dstPrefix); err != nil {
+		return dd.checkEmpty(ctx, dstPrefix)
+	}
+	// Not known here: it may still exist in the store.
+	if noreplace {
+		if _, err := fsys.resolve(ctx, dstKey); err == nil {
+			return fmt.Errorf("%w: %s", errExist, dstKey)
+		} else if !errors.Is(err, objstore.ErrNotFound) {
 			return err
-		}
-	default:
-		// Not known here: it may still exist in the store.
-		if noreplace {
-			if _, err := fsys.resolve(ctx, dstKey); err == nil {
-				return fmt.Errorf("%w: %s", errExist, dstKey)
-			} else if !errors.Is(err, objstore.ErrNotFound) {
-				return err
-			}
-		}
-		live, err := fsys.hasLive(ctx, dstPrefix)
-		if err != nil {
-			return err
-		}
-		if live {
-			return fmt.Errorf("%w: %s", errNotEmpty, dstPrefix)
 		}
 	}
-
-	// The copies are of stored objects: commit what is pending below.
-	if err := commitTree(ctx, sd.EmbeddedInode()); err != nil {
+	live, err := fsys.hasLive(ctx, dstPrefix)
+	if err != nil {
 		return err
 	}
+	if live {
+		return fmt.Errorf("%w: %s", errNotEmpty, dstPrefix)
+	}
+	return nil
+}
 
+// dirRenamePlan lists the objects to move (tombstones dropped, at most
+// max_dir_rename) and what is at the destination (tombstones and the marker
+// of an empty directory), the versions the copies are conditioned on.
+func (fsys *filesystem) dirRenamePlan(ctx context.Context, srcPrefix, dstPrefix string) ([]objstore.Entry, map[string]fencing.Version, error) {
 	var entries []objstore.Entry
 	err := fsys.store.List(ctx, srcPrefix, "", func(e objstore.Entry) error {
 		if fsys.isHidden(e.Key) {
@@ -281,17 +333,15 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	// Drop tombstones; remember what is at the destination (tombstones and
-	// the marker of an empty directory).
 	live := make([]bool, len(entries))
 	if err := parallel(ctx, len(entries), func(ctx context.Context, i int) error {
 		ok, err := fsys.notTombstone(ctx, entries[i])
 		live[i] = ok
 		return err
 	}); err != nil {
-		return err
+		return nil, nil, err
 	}
 	dstVersions := map[string]fencing.Version{}
 	err = fsys.store.List(ctx, dstPrefix, "", func(e objstore.Entry) error {
@@ -300,19 +350,25 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-
 	var srcs []objstore.Entry
 	for i, e := range entries {
 		if live[i] {
 			srcs = append(srcs, e)
 		}
 	}
+	return srcs, dstVersions, nil
+}
+
+// copyTree copies every source to its destination (intents reserved in
+// batches) and returns the copies; a failed copy removes the copies
+// already made, so the source stays the only tree.
+func (fsys *filesystem) copyTree(ctx context.Context, srcs []objstore.Entry, srcPrefix, dstPrefix string, dstVersions map[string]fencing.Version) ([]objstore.ObjectInfo, error) {
 	copied := make([]objstore.ObjectInfo, len(srcs))
 	done := make([]bool, len(srcs))
 	dstOf := func(e objstore.Entry) string { return dstPrefix + strings.TrimPrefix(e.Key, srcPrefix) }
-	err = fsys.reserved(ctx, len(srcs), func(i int) fencing.Intent {
+	err := fsys.reserved(ctx, len(srcs), func(i int) fencing.Intent {
 		to := dstOf(srcs[i])
 		return fencing.Intent{Key: to, Base: dstVersions[to]}
 	}, func(ctx context.Context, i int) error {
@@ -325,21 +381,25 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 		copied[i], done[i] = mergeInfo(out, to, e.Size, nil), true
 		return nil
 	})
-	if err != nil {
-		// Undo: remove the copies made, so the source stays the only tree.
-		for i := range srcs {
-			if done[i] {
-				if derr := fsys.guard.Delete(fsys.ctx, copied[i].Key, fencing.Version{ETag: copied[i].ETag}); derr != nil {
-					fsys.log.Warn("directory rename: could not remove a copy after a failure",
-						"key", copied[i].Key, "err", derr)
-				}
+	if err == nil {
+		return copied, nil
+	}
+	for i := range srcs {
+		if done[i] {
+			if derr := fsys.guard.Delete(fsys.ctx, copied[i].Key, fencing.Version{ETag: copied[i].ETag}); derr != nil {
+				fsys.log.Warn("directory rename: could not remove a copy after a failure",
+					"key", copied[i].Key, "err", derr)
 			}
 		}
-		return err
 	}
-	// Delete the sources; the marker last, so that an interrupted rename
-	// still shows the source directory.
-	var marker = -1
+	return nil, err
+}
+
+// deleteTree deletes the sources, conditioned on the versions copied; the
+// marker last, so that an interrupted rename still shows the source
+// directory.
+func (fsys *filesystem) deleteTree(ctx context.Context, srcs []objstore.Entry, srcPrefix string) error {
+	marker := -1
 	var rest []int
 	for i, e := range srcs {
 		if e.Key == srcPrefix {
@@ -348,7 +408,7 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 			rest = append(rest, i)
 		}
 	}
-	err = fsys.reserved(ctx, len(rest), func(j int) fencing.Intent {
+	err := fsys.reserved(ctx, len(rest), func(j int) fencing.Intent {
 		return fencing.Intent{Key: srcs[rest[j]].Key, Base: fencing.Version{ETag: srcs[rest[j]].ETag}}
 	}, func(ctx context.Context, j int) error {
 		e := srcs[rest[j]]
@@ -357,20 +417,7 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 	if err == nil && marker >= 0 {
 		err = fsys.deleteObject(ctx, srcPrefix, fencing.Version{ETag: srcs[marker].ETag})
 	}
-	if err != nil {
-		fsys.log.Warn("directory rename copied everything but could not delete all sources; both trees exist",
-			"src", srcPrefix, "dst", dstPrefix, "err", err)
-		return err
-	}
-
-	// The nodes below move with the tree (go-fuse moves the subtree when we
-	// return); give them the versions copied.
-	byOld := make(map[string]objstore.ObjectInfo, len(srcs))
-	for i, e := range srcs {
-		byOld[e.Key] = copied[i]
-	}
-	updateTree(sd.EmbeddedInode(), srcPrefix, byOld)
-	return nil
+	return err
 }
 
 // commitTree commits every dirty file below ino.
