@@ -96,6 +96,21 @@ func (b *nodeBase) userXattrsAllowed() error {
 	return nil
 }
 
+// setattrNow stores the chmod, chown and utimens of a node without content
+// of its own to stage (a symlink, a special file: what names the kind in
+// errors) at once; a size change is EINVAL.
+func (b *nodeBase) setattrNow(ctx context.Context, in *fuse.SetAttrIn, what string) error {
+	ctx, cancel := b.fsys.mutctx(ctx)
+	defer cancel()
+	if _, ok := in.GetSize(); ok {
+		return fmt.Errorf("%w: truncate of %s", errInvalid, what)
+	}
+	if mutate, ok := setattrMutation(ctx, in); ok {
+		return b.updateMetaNow(ctx, mutate)
+	}
+	return nil
+}
+
 // updateMetaNow is the metaUpdate of nodes that keep no uncommitted
 // changes: the change is stored at once (a self-copy, or the marker of an
 // implicit directory).

@@ -132,19 +132,9 @@ var _ = (fs.NodeSetattrer)((*specialNode)(nil))
 // Setattr stores chmod, chown and utimens (a self-copy of the empty
 // object). The kernel refuses truncation of special files before asking.
 func (n *specialNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	ctx, cancel := n.fsys.mutctx(ctx)
-	defer cancel()
-	key, _ := n.key()
-	if _, ok := in.GetSize(); ok {
-		return n.fsys.errno("setattr", key, fmt.Errorf("%w: truncate of a special file", errInvalid))
-	}
-	if mutate, ok := setattrMutation(ctx, in); ok {
-		n.opMu.Lock()
-		err := n.updateMetaRemote(ctx, mutate)
-		n.opMu.Unlock()
-		if err != nil {
-			return n.fsys.errno("setattr", key, err)
-		}
+	if err := n.setattrNow(ctx, in, "a special file"); err != nil {
+		key, _ := n.key()
+		return n.fsys.errno("setattr", key, err)
 	}
 	n.fillAttr(&out.Attr)
 	return 0
