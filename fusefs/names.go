@@ -26,7 +26,7 @@ const maxOwnNames = 100_000
 // plus every name this mount created there since. A lookup of a name that is
 // not in the set, while the knowledge is younger than Options.EntryTTL, is
 // answered ENOENT without a request: creating files in a directory costs no
-// HEAD/LIST per file (issue 8). It is the kernel's promise for negative
+// HEAD/LIST per file. It is the kernel's promise for negative
 // entries (a name found absent is believed absent for EntryTTL), with the
 // absence of every unlisted name established by one listing instead of one
 // lookup each; never a weaker write condition: a create is still

@@ -17,7 +17,7 @@ import (
 // written: once the staged size passes the store's multipart threshold,
 // every full part (the store's part size) is sent in the background as soon
 // as the writer has moved past it, so close(2) only sends the tail and the
-// Complete instead of the whole file (issue 8). The commit is
+// Complete instead of the whole file. The commit is
 // Guard.CommitStream: the same intent, validation and conditional Complete
 // as Put. Anything that would make the published object differ from a Put
 // of the staged content — a write or truncate into a part already sent, a

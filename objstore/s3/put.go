@@ -109,7 +109,7 @@ func payloadHash(r io.Reader, n int64) (string, error) {
 // and sent from there); larger ones are read twice from the caller's
 // ReaderAt. Parts (8 MiB by default) and plain PUTs up to the multipart
 // threshold are buffered: one pread instead of two passes of 32 KiB reads,
-// which cost a syscall each (issue 8).
+// which cost a syscall each.
 const maxBufferedBody = 64 << 20
 
 // bodyPool holds request body buffers (*[]byte).
