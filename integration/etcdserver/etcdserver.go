@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fencefs/fencefs/integration/gateway"
+	"github.com/fencefs/fencefs/internal/procwait"
 )
 
 // ErrNoBinary reports that no etcd binary was found.
@@ -158,27 +159,25 @@ func (s *Server) launch(ctx context.Context, bin string, tlsFiles *TLS) error {
 // waitHealthy polls /health (over TLS without verifying: it only tells
 // that the server is up) until it answers {"health":"true"}.
 func (s *Server) waitHealthy(ctx context.Context, insecureTLS bool) error {
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	client := insecureClient(insecureTLS)
-	for {
-		if resp, err := client.Get(s.Endpoint + "/health"); err == nil {
-			b := make([]byte, 256)
-			n, _ := resp.Body.Read(b)
-			resp.Body.Close()
-			if strings.Contains(string(b[:n]), `"health":"true"`) {
-				return nil
-			}
+	err := procwait.Ready(ctx, 30*time.Second, s.done, func() bool {
+		resp, err := client.Get(s.Endpoint + "/health")
+		if err != nil {
+			return false
 		}
-		select {
-		case <-s.done:
-			return fmt.Errorf("etcd exited before becoming ready (%v): %s", s.waitErr, s.LogTail())
-		case <-wctx.Done():
-			s.kill()
-			return fmt.Errorf("etcd at %s not ready: %w: %s", s.Endpoint, wctx.Err(), s.LogTail())
-		case <-time.After(50 * time.Millisecond):
-		}
+		b := make([]byte, 256)
+		n, _ := resp.Body.Read(b)
+		resp.Body.Close()
+		return strings.Contains(string(b[:n]), `"health":"true"`)
+	})
+	switch {
+	case errors.Is(err, procwait.ErrExited):
+		return fmt.Errorf("etcd exited before becoming ready (%v): %s", s.waitErr, s.LogTail())
+	case err != nil:
+		s.kill()
+		return fmt.Errorf("etcd at %s not ready: %w: %s", s.Endpoint, err, s.LogTail())
 	}
+	return nil
 }
 
 // LogTail returns the end of the server's log, for failure messages.

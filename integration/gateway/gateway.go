@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencefs/fencefs/internal/procwait"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
@@ -228,26 +229,24 @@ func (g *Gateway) launch(ctx context.Context, bin, root string, port int, logf *
 	g.done = make(chan struct{})
 	go func() { g.waitErr = cmd.Wait(); close(g.done) }()
 
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
-	for {
+	err := procwait.Ready(ctx, 30*time.Second, g.done, func() bool {
 		// Any HTTP answer (even 403 for an anonymous request) means the
 		// S3 API is serving.
 		resp, err := client.Get(g.Endpoint + "/")
 		if err == nil {
 			resp.Body.Close()
-			return nil
 		}
-		select {
-		case <-g.done:
-			return fmt.Errorf("versitygw exited before becoming ready (%v): %s", g.waitErr, g.logTail())
-		case <-wctx.Done():
-			g.kill()
-			return fmt.Errorf("versitygw at %s not ready: %w: %s", g.Addr, wctx.Err(), g.logTail())
-		case <-time.After(50 * time.Millisecond):
-		}
+		return err == nil
+	})
+	switch {
+	case errors.Is(err, procwait.ErrExited):
+		return fmt.Errorf("versitygw exited before becoming ready (%v): %s", g.waitErr, g.logTail())
+	case err != nil:
+		g.kill()
+		return fmt.Errorf("versitygw at %s not ready: %w: %s", g.Addr, err, g.logTail())
 	}
+	return nil
 }
 
 func (g *Gateway) logTail() string {
