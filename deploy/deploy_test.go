@@ -267,11 +267,12 @@ func TestDashboardQueriesAreValidPromQL(t *testing.T) {
 
 // TestSystemdUnitsVerify runs systemd-analyze verify on both units (with
 // ExecStart pointing at the binary under test, as verify checks that it is
-// executable); skipped where systemd-analyze is missing.
+// executable); skipped where systemd-analyze is missing (a failure under CI:
+// the Debian machines have systemd).
 func TestSystemdUnitsVerify(t *testing.T) {
 	sa, err := exec.LookPath("systemd-analyze")
 	if err != nil {
-		t.Skip("systemd-analyze not installed: the unit files are not verified here")
+		gateway.SkipOrFail(t, "systemd-analyze not installed: the unit files are not verified here")
 	}
 	bin := harness.Binary(t)
 	dir := t.TempDir()
