@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"github.com/fencefs/fencefs/internal/promreg"
 	"os"
 	"testing"
 	"time"
@@ -71,17 +72,11 @@ func TestOldestDirtyAgeIsTheAgeOfTheOldestUncommittedChange(t *testing.T) {
 // test fails if there is none.
 func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := promreg.GaugeValue(reg, name)
+	if !ok {
+		t.Fatalf("%s is not exported as one gauge sample", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("%s is not exported as one sample", name)
-	return 0
+	return v
 }
 
 // TestStagingFSGaugesShowTheCacheDirectorysFileSystem: the staging disk

@@ -177,17 +177,7 @@ func TestRunEtcdFrozenLeaderIsFencedAndStopped(t *testing.T) {
 	checkFencedWrites(ctx, t, gw, bucket, evsA, startA.token)
 
 	// B keeps writing; SIGTERM is forwarded, the command exits 0, B resigns.
-	if err := runB.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := runB.wait(ctx, t); code != 0 {
-		t.Errorf("fencefs run B exited %d; want 0; output:\n%s", code, runB.output())
-	}
-	for _, e := range readChildLog(t, logB) {
-		if e.kind == "write" && e.res != "ok" {
-			t.Errorf("B's write %s failed: %s", e.key, e.res)
-		}
-	}
+	stopLeaderCleanly(ctx, t, runB, logB)
 	if keys := etcdKeys(ctx, t, srv, "leader"); len(keys) != 0 {
 		t.Errorf("election keys after B resigned: %v", keys)
 	}

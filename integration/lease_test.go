@@ -159,6 +159,24 @@ func readChildLog(t *testing.T, path string) []childEvent {
 }
 
 // runProc is one `fencefs run` process.
+// stopLeaderCleanly sends SIGTERM to the leading fencefs run B, which
+// forwards it: the command exits 0, and so does run; every write its
+// command logged (at logB) landed.
+func stopLeaderCleanly(ctx context.Context, t *testing.T, runB *runProc, logB string) {
+	t.Helper()
+	if err := runB.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := runB.wait(ctx, t); code != 0 {
+		t.Errorf("fencefs run B exited %d after SIGTERM; want the command's 0; output:\n%s", code, runB.output())
+	}
+	for _, e := range readChildLog(t, logB) {
+		if e.kind == "write" && e.res != "ok" {
+			t.Errorf("B's write %s failed: %s", e.key, e.res)
+		}
+	}
+}
+
 type runProc struct {
 	name    string
 	cmd     *exec.Cmd
@@ -502,17 +520,7 @@ func TestRunFrozenLeaderIsFencedAndStopped(t *testing.T) {
 		_, ok := findEvent(evs[min(before, len(evs)):], func(e childEvent) bool { return e.kind == "write" && e.res == "ok" })
 		return ok
 	})
-	if err := runB.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := runB.wait(ctx, t); code != 0 {
-		t.Errorf("fencefs run B exited %d after SIGTERM; want the command's 0; output:\n%s", code, runB.output())
-	}
-	for _, e := range readChildLog(t, logB) {
-		if e.kind == "write" && e.res != "ok" {
-			t.Errorf("B's write %s failed: %s", e.key, e.res)
-		}
-	}
+	stopLeaderCleanly(ctx, t, runB, logB)
 	m := leaseObject(ctx, t, gw, bucket, "leader")
 	if m["released"] != true || uint64(m["token"].(float64)) != startB.token {
 		t.Errorf("lease object = %v; want released by B with token %d", m, startB.token)

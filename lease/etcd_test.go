@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"github.com/fencefs/fencefs/internal/promreg"
 	"strconv"
 	"strings"
 	"testing"
@@ -103,17 +104,11 @@ func TestEtcdLeadersTakeTurnsWithGrowingTokens(t *testing.T) {
 // gaugeValue reads the one gauge called name from reg.
 func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := promreg.GaugeValue(reg, name)
+	if !ok {
+		t.Fatalf("%s is not exported as one gauge sample", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return v
 }
 
 func TestEtcdLeadershipIsLostWhenTheServerGoesAway(t *testing.T) {

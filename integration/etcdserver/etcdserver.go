@@ -181,14 +181,7 @@ func (s *Server) waitHealthy(ctx context.Context, insecureTLS bool) error {
 }
 
 // LogTail returns the end of the server's log, for failure messages.
-func (s *Server) LogTail() string {
-	b, _ := os.ReadFile(s.LogPath)
-	str := strings.TrimSpace(string(b))
-	if len(str) > 2000 {
-		str = str[len(str)-2000:]
-	}
-	return str
-}
+func (s *Server) LogTail() string { return procwait.LogTail(s.LogPath) }
 
 func (s *Server) kill() {
 	if s.cmd != nil && s.cmd.Process != nil {

@@ -250,15 +250,7 @@ func (g *Gateway) launch(ctx context.Context, bin, root string, port int, logf *
 }
 
 func (g *Gateway) logTail() string {
-	if g.LogPath == "" {
-		return ""
-	}
-	b, _ := os.ReadFile(g.LogPath)
-	s := strings.TrimSpace(string(b))
-	if len(s) > 2000 {
-		s = s[len(s)-2000:]
-	}
-	return s
+	return procwait.LogTail(g.LogPath)
 }
 
 func (g *Gateway) kill() {

@@ -6,8 +6,24 @@ package procwait
 import (
 	"context"
 	"errors"
+	"os"
+	"strings"
 	"time"
 )
+
+// LogTail returns the last 2000 bytes of the log at path ("" when there is
+// none), for the error a failed start reports.
+func LogTail(path string) string {
+	if path == "" {
+		return ""
+	}
+	b, _ := os.ReadFile(path)
+	s := strings.TrimSpace(string(b))
+	if len(s) > 2000 {
+		s = s[len(s)-2000:]
+	}
+	return s
+}
 
 // ErrExited is returned when the process exits before it is ready.
 var ErrExited = errors.New("exited before becoming ready")

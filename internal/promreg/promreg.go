@@ -25,3 +25,18 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	}
 	return c
 }
+
+// GaugeValue returns the value of the gauge called name when g exports it
+// as exactly one sample (tests and status pages read single gauges so).
+func GaugeValue(g prometheus.Gatherer, name string) (float64, bool) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0, false
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
+			return mf.GetMetric()[0].GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}

@@ -25,3 +25,21 @@ func TestSecondRegistrationSharesTheFirstCollector(t *testing.T) {
 		t.Errorf("gathered %v, want x_total{l=v} 1", mfs)
 	}
 }
+
+func TestGaugeValueReadsOneSampleGaugesOnly(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "one"})
+	g.Set(7)
+	v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "many"}, []string{"l"})
+	v.WithLabelValues("a").Set(1)
+	v.WithLabelValues("b").Set(2)
+	reg.MustRegister(g, v)
+	if got, ok := GaugeValue(reg, "one"); !ok || got != 7 {
+		t.Errorf("GaugeValue(one) = %v, %v; want 7, true", got, ok)
+	}
+	for _, name := range []string{"many", "absent"} {
+		if _, ok := GaugeValue(reg, name); ok {
+			t.Errorf("GaugeValue(%s) found a single sample", name)
+		}
+	}
+}
