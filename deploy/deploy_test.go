@@ -38,19 +38,9 @@ const (
 // test skips (fails in CI).
 func promtool(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("FENCEFS_PROMTOOL"); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if root, err := gateway.RepoRoot(); err == nil {
-		if p := filepath.Join(root, "bin", "promtool"); isExecutable(p) {
-			return p
-		}
-	}
-	p, err := exec.LookPath("promtool")
+	p, err := gateway.FindTool("FENCEFS_PROMTOOL", "promtool", errors.New("not found"))
 	if err != nil {
-		gateway.SkipOrFail(t, "promtool not found ($FENCEFS_PROMTOOL, bin/promtool or PATH; make deps installs it)")
+		gateway.SkipOrFail(t, "promtool: %v ($FENCEFS_PROMTOOL, bin/promtool or PATH; make deps installs it)", err)
 	}
 	return p
 }

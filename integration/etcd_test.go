@@ -106,15 +106,7 @@ func TestRunEtcdFrozenLeaderIsFencedAndStopped(t *testing.T) {
 	defer cancel()
 	addrB := metricsAddr(t)
 
-	runA := startRun(t, gw, "A", "leader", ma.Dir, []string{"LEASE_CHILD_LOG=" + logA, "LEASE_CHILD_MODE=loop"}, "--etcd", srv.Endpoint, "--ttl", "2s", "--grace", "5s")
-	var startA childEvent
-	waitUntil(ctx, t, "A's command writes through its mount", func() bool {
-		evs := readChildLog(t, logA)
-		startA, _ = findEvent(evs, func(e childEvent) bool { return e.kind == "start" })
-		_, ok := findEvent(evs, func(e childEvent) bool { return e.kind == "write" && e.res == "ok" })
-		return ok
-	})
-	killGroupOnCleanup(t, startA.pid)
+	runA, startA := startWritingLeader(ctx, t, gw, ma.Dir, logA, "--etcd", srv.Endpoint, "--ttl", "2s", "--grace", "5s")
 	keys := etcdKeys(ctx, t, srv, "leader")
 	if len(keys) != 1 {
 		t.Fatalf("election keys %v; want A's alone", keys)

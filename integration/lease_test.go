@@ -159,6 +159,24 @@ func readChildLog(t *testing.T, path string) []childEvent {
 }
 
 // runProc is one `fencefs run` process.
+// startWritingLeader starts fencefs run A on the lease "leader" with a
+// command that writes through mountDir in a loop (logging to logA), waits
+// until a write landed, and returns the run and its command's start event
+// (its process group is killed at cleanup).
+func startWritingLeader(ctx context.Context, t *testing.T, gw *gateway.Gateway, mountDir, logA string, args ...string) (*runProc, childEvent) {
+	t.Helper()
+	runA := startRun(t, gw, "A", "leader", mountDir, []string{"LEASE_CHILD_LOG=" + logA, "LEASE_CHILD_MODE=loop"}, args...)
+	var startA childEvent
+	waitUntil(ctx, t, "A's command writes through its mount", func() bool {
+		evs := readChildLog(t, logA)
+		startA, _ = findEvent(evs, func(e childEvent) bool { return e.kind == "start" })
+		_, ok := findEvent(evs, func(e childEvent) bool { return e.kind == "write" && e.res == "ok" })
+		return ok
+	})
+	killGroupOnCleanup(t, startA.pid)
+	return runA, startA
+}
+
 // stopLeaderCleanly sends SIGTERM to the leading fencefs run B, which
 // forwards it: the command exits 0, and so does run; every write its
 // command logged (at logB) landed.
@@ -448,15 +466,7 @@ func TestRunFrozenLeaderIsFencedAndStopped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	runA := startRun(t, gw, "A", "leader", ma.Dir, []string{"LEASE_CHILD_LOG=" + logA, "LEASE_CHILD_MODE=loop"}, "--ttl", "2s", "--grace", "5s")
-	var startA childEvent
-	waitUntil(ctx, t, "A's command writes through its mount", func() bool {
-		evs := readChildLog(t, logA)
-		startA, _ = findEvent(evs, func(e childEvent) bool { return e.kind == "start" })
-		_, ok := findEvent(evs, func(e childEvent) bool { return e.kind == "write" && e.res == "ok" })
-		return ok
-	})
-	killGroupOnCleanup(t, startA.pid)
+	runA, startA := startWritingLeader(ctx, t, gw, ma.Dir, logA, "--ttl", "2s", "--grace", "5s")
 	tokA := startA.token
 
 	runB := startRun(t, gw, "B", "leader", mb.Dir, []string{"LEASE_CHILD_LOG=" + logB, "LEASE_CHILD_MODE=loop"}, "--ttl", "2s", "--grace", "5s")

@@ -29,24 +29,7 @@ import (
 var ErrNoBinary = errors.New("etcd binary not found (run `make bin/etcd`, or set FENCEFS_ETCD)")
 
 // FindBinary locates the etcd binary; see the package doc.
-func FindBinary() (string, error) {
-	if p := os.Getenv("FENCEFS_ETCD"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("FENCEFS_ETCD=%s: %w", p, err)
-		}
-		return p, nil
-	}
-	if root, err := gateway.RepoRoot(); err == nil {
-		p := filepath.Join(root, "bin", "etcd")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("etcd"); err == nil {
-		return p, nil
-	}
-	return "", ErrNoBinary
-}
+func FindBinary() (string, error) { return gateway.FindTool("FENCEFS_ETCD", "etcd", ErrNoBinary) }
 
 // TLS is the certificate material of a server that serves clients over
 // TLS (PEM files).

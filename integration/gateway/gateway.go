@@ -80,23 +80,28 @@ type Gateway struct {
 var ErrNoBinary = errors.New("versitygw binary not found (run `make bin/versitygw`, or set FENCEFS_VERSITYGW)")
 
 // FindBinary locates the gateway binary; see the package doc.
-func FindBinary() (string, error) {
-	if p := os.Getenv("FENCEFS_VERSITYGW"); p != "" {
+func FindBinary() (string, error) { return FindTool("FENCEFS_VERSITYGW", "versitygw", ErrNoBinary) }
+
+// FindTool locates a binary the tests need: the path in the environment
+// variable env (an error if it names nothing), else <repo>/bin/name (what
+// make deps installs), else name on $PATH, else notFound.
+func FindTool(env, name string, notFound error) (string, error) {
+	if p := os.Getenv(env); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("FENCEFS_VERSITYGW=%s: %w", p, err)
+			return "", fmt.Errorf("%s=%s: %w", env, p, err)
 		}
 		return p, nil
 	}
 	if root, err := RepoRoot(); err == nil {
-		p := filepath.Join(root, "bin", "versitygw")
+		p := filepath.Join(root, "bin", name)
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	return "", ErrNoBinary
+	return "", notFound
 }
 
 // RepoRoot returns the directory holding fencefs's go.mod, searching upwards
