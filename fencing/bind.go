@@ -105,7 +105,7 @@ func (g *Guard) bindOnce(ctx context.Context, token uint64) (uint64, error) {
 	case err == nil:
 		g.state = StateActive
 		g.broadcast()
-		g.startReaper()
+		g.tombs.start()
 		g.log.Info("fencing token active", "token", n, "holder", g.holder)
 		return n, nil
 	case errors.Is(err, ErrFenced):

@@ -68,7 +68,7 @@ type Guard struct {
 	busy    map[string]int
 	reaping map[string]bool
 
-	tombs reaper // tombstones to remove (reaper.go)
+	tombs *reaper // tombstones to remove (reaper.go)
 
 	vals batch[valResult] // validation rounds (register reads)
 
@@ -142,8 +142,12 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 		intents: map[string]*keyIntent{},
 		busy:    map[string]int{},
 		reaping: map[string]bool{},
-		tombs:   newReaper(),
 	}
+	g.tombs = newReaper(g.objects, cfg, g.log, g.met, bg, reaperGuard{
+		active:   g.activeState,
+		validate: func(ctx context.Context, ts tokenState) error { return g.validate(ctx, ts, "", "") },
+		hold:     g.holdKey,
+	})
 	if cfg.Mode == ModeOff {
 		g.state = StateOff
 	}
@@ -292,6 +296,34 @@ func (g *Guard) begin(ctx context.Context, op, key string) (tokenState, error) {
 			return tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}, nil
 		}
 	}
+}
+
+// activeState returns the binding if the Guard is active (and not closed
+// or rebinding).
+func (g *Guard) activeState() (tokenState, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ts := tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}
+	return ts, g.state == StateActive && !g.binding && g.cfg.Mode != ModeOff
+}
+
+// holdKey keeps this Guard's mutations of key back (begin waits) until
+// release is called: the reaper's unconditional removal of a tombstone
+// (reaperGuard.hold). errKeyBusy while a mutation of key is in flight or
+// key is held already.
+func (g *Guard) holdKey(key string) (release func(), err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.busy[key] > 0 || g.reaping[key] {
+		return nil, errKeyBusy
+	}
+	g.reaping[key] = true
+	return func() {
+		g.mu.Lock()
+		delete(g.reaping, key)
+		g.broadcast()
+		g.mu.Unlock()
+	}, nil
 }
 
 // end marks a mutation of key admitted by begin as finished.
@@ -543,7 +575,7 @@ func (g *Guard) Close(ctx context.Context) error {
 	// The reaper stops before the wait below (its validations are
 	// background work too), after the mutations whose tombstones it must
 	// write into the ledger.
-	g.stopReaper(ctx)
+	g.tombs.stop(ctx)
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()
 	select {

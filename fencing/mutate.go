@@ -152,7 +152,7 @@ func (g *Guard) Delete(ctx context.Context, key string, base Version) error {
 		return objstore.ObjectInfo{}, g.store.Delete(ctx, key, cond)
 	})
 	if err == nil && info.ETag != "" {
-		g.noteTombstone(key, info.ETag, tombRec) // a tombstone, not a DELETE
+		g.tombs.note(key, info.ETag, tombRec) // a tombstone, not a DELETE
 	}
 	return err
 }
@@ -248,7 +248,7 @@ func (g *Guard) commitOutcome(ctx context.Context, m *mutation, info objstore.Ob
 	switch {
 	case err == nil:
 		g.met.outcome(m.op, "ok")
-		g.committed(m)
+		g.tombs.committed(m)
 		return info, nil, true, nil
 	case errors.Is(err, objstore.ErrPrecondition), errors.Is(err, objstore.ErrNotFound):
 		cur, exists, herr := g.head(ctx, m.key)
@@ -344,7 +344,7 @@ func (g *Guard) resolveFailed(ctx context.Context, m *mutation, cur objstore.Obj
 	switch resolve(m.kind, cur, exists, m.ts.token, m.wid, m.base) {
 	case outcomeOurs:
 		g.met.outcome(m.op, "resolved_ours")
-		g.committed(m)
+		g.tombs.committed(m)
 		return cur, nil, nil
 	case outcomeFenced:
 		s := stampOf(cur.Meta)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -82,8 +83,30 @@ type ledgerDoc struct {
 	Tombstones []tombEntry `json:"tombstones"`
 }
 
-// reaper is a Guard's tombstone bookkeeping and its background loop.
+// reaper is the tombstone reaper of one Guard: the tombstones it knows of
+// (by the sweep and by Delete), its ledger in the bucket, and its
+// background loop. It reads and writes the bucket through objects and asks
+// the Guard only what the Guard alone knows (reaperGuard): whether a
+// binding is active, a validation round of it, and a hold on a key that
+// keeps the Guard's own mutations of it back.
+//
+// Concurrency: every method is safe for concurrent use. mu guards the
+// known set and the ledger bookkeeping; it is a leaf lock, never held
+// across I/O nor while calling the Guard. runMu serialises rounds (and the
+// last ledger write of stop) and is held across their I/O and their calls
+// to the Guard (which take the Guard's mu). Lock order: runMu, then the
+// Guard's mu, then mu (Bind calls start holding the Guard's mu).
 type reaper struct {
+	objects  // the store, the key layout, the clock, the holder id
+	mode     Mode
+	reap     Reap          // Config.ReapTombstones
+	tombDel  bool          // Config.TombstoneDeletes
+	validity time.Duration // Config.SignedRequestValidity
+	log      *slog.Logger
+	met      *metrics
+	bg       context.Context // the loop's parent: ends when the Guard closes
+	guard    reaperGuard
+
 	mu        sync.Mutex
 	known     map[string]tombEntry // by key; GUARDED_BY(mu)
 	dirty     bool                 // known changed since the ledger write; GUARDED_BY(mu)
@@ -100,41 +123,60 @@ type reaper struct {
 	done   chan struct{}      // closed when the loop ends; GUARDED_BY(mu)
 }
 
-func newReaper() reaper {
-	return reaper{known: map[string]tombEntry{}, kick: make(chan struct{}, 1)}
+// reaperGuard is what the reaper asks of its Guard. Each is called without
+// the reaper's mu held.
+type reaperGuard struct {
+	// active returns the binding if the Guard is active (not closed or
+	// rebinding, fencing not off).
+	active func() (tokenState, bool)
+	// validate checks with a register read that ts's binding is still the
+	// newest (Guard.validate: latches fenced on a newer epoch).
+	validate func(ctx context.Context, ts tokenState) error
+	// hold keeps the Guard's own mutations of key back (they wait) until
+	// release is called; errKeyBusy while one is in flight or key is held.
+	hold func(key string) (release func(), err error)
 }
 
-// reapEnabled reports whether this Guard removes tombstones by itself.
-func (g *Guard) reapEnabled() bool {
-	switch g.cfg.ReapTombstones {
+// newReaper returns the reaper of a Guard over o configured by cfg. It
+// does no I/O and starts nothing (see start).
+func newReaper(o objects, cfg Config, log *slog.Logger, met *metrics, bg context.Context, guard reaperGuard) *reaper {
+	return &reaper{
+		objects: o, mode: cfg.Mode, reap: cfg.ReapTombstones, tombDel: cfg.TombstoneDeletes,
+		validity: cfg.SignedRequestValidity, log: log, met: met, bg: bg, guard: guard,
+		known: map[string]tombEntry{}, kick: make(chan struct{}, 1),
+	}
+}
+
+// enabled reports whether this Guard removes tombstones by itself.
+func (r *reaper) enabled() bool {
+	switch r.reap {
 	case ReapOff:
 		return false
 	case ReapAlways:
 		return true
 	}
-	return !g.cfg.TombstoneDeletes
+	return !r.tombDel
 }
 
-// noteTombstone records that a tombstone with etag now stands at key,
+// note records that a tombstone with etag now stands at key,
 // carrying record rec. Safe for concurrent use; no I/O.
-func (g *Guard) noteTombstone(key, etag string, rec record) {
-	if g.cfg.Mode == ModeOff || etag == "" {
+func (r *reaper) note(key, etag string, rec record) {
+	if r.mode == ModeOff || etag == "" {
 		return
 	}
-	now := g.cfg.Now()
-	due := now.Add(g.cfg.SignedRequestValidity)
+	now := r.now()
+	due := now.Add(r.validity)
 	for _, e := range rec {
-		if d := e.At.Add(g.cfg.SignedRequestValidity); d.After(due) {
+		if d := e.At.Add(r.validity); d.After(due) {
 			due = d
 		}
 	}
-	g.addKnown([]tombEntry{{Key: key, ETag: objstore.NormalizeETag(etag), Written: now, Due: due}})
+	r.add([]tombEntry{{Key: key, ETag: objstore.NormalizeETag(etag), Written: now, Due: due}})
 }
 
-// addKnown merges entries into the known set (a newer entry of a key
+// add merges entries into the known set (a newer entry of a key
 // replaces the older one) and wakes the loop.
-func (g *Guard) addKnown(entries []tombEntry) {
-	r := &g.tombs
+func (r *reaper) add(entries []tombEntry) {
 	r.mu.Lock()
 	for _, e := range entries {
 		old, ok := r.known[e.Key]
@@ -144,7 +186,7 @@ func (g *Guard) addKnown(entries []tombEntry) {
 		if !ok && len(r.known) >= maxKnownTombstones {
 			if !r.warned {
 				r.warned = true
-				g.log.Warn("too many tombstones to track: further ones are left to fencefs gc", "limit", maxKnownTombstones)
+				r.log.Warn("too many tombstones to track: further ones are left to fencefs gc", "limit", maxKnownTombstones)
 			}
 			continue
 		}
@@ -170,11 +212,10 @@ func (r *reaper) forget(key, etag string) {
 
 // committed is told of every mutation that landed: a Put or Copy replaced
 // whatever tombstone this Guard knew of at its key.
-func (g *Guard) committed(m *mutation) {
+func (r *reaper) committed(m *mutation) {
 	if m.kind != kindPut {
 		return
 	}
-	r := &g.tombs
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.known[m.key]; ok {
@@ -183,16 +224,15 @@ func (g *Guard) committed(m *mutation) {
 	}
 }
 
-// startReaper starts the background loop once (at the first activation).
-func (g *Guard) startReaper() {
-	r := &g.tombs
+// start starts the background loop once (at the first activation).
+func (r *reaper) start() {
 	r.once.Do(func() {
-		ctx, cancel := context.WithCancel(g.bg)
+		ctx, cancel := context.WithCancel(r.bg)
 		done := make(chan struct{})
 		r.mu.Lock()
 		r.cancel, r.done = cancel, done
 		r.mu.Unlock()
-		go g.reapLoop(ctx, done)
+		go r.loop(ctx, done)
 	})
 	select {
 	case r.kick <- struct{}{}:
@@ -200,8 +240,7 @@ func (g *Guard) startReaper() {
 	}
 }
 
-func (g *Guard) reapLoop(ctx context.Context, done chan struct{}) {
-	r := &g.tombs
+func (r *reaper) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -212,15 +251,14 @@ func (g *Guard) reapLoop(ctx context.Context, done chan struct{}) {
 		case <-r.kick:
 		case <-t.C:
 		}
-		wait := g.reapOnce(ctx)
+		wait := r.reapOnce(ctx)
 		t.Reset(wait)
 	}
 }
 
-// stopReaper stops the loop, writes the ledger one last
+// stop stops the loop, writes the ledger one last
 // time if the Guard is still active, and withdraws its gauge count.
-func (g *Guard) stopReaper(ctx context.Context) {
-	r := &g.tombs
+func (r *reaper) stop(ctx context.Context) {
 	r.mu.Lock()
 	cancel, done := r.cancel, r.done
 	r.mu.Unlock()
@@ -231,47 +269,37 @@ func (g *Guard) stopReaper(ctx context.Context) {
 		cancel()
 		<-done
 	}
-	if ts, ok := g.activeState(); ok && g.reapEnabled() {
+	if ts, ok := r.guard.active(); ok && r.enabled() {
 		r.runMu.Lock()
-		g.writeLedger(ctx, ts, true)
+		r.writeLedger(ctx, ts, true)
 		r.runMu.Unlock()
 	}
 	r.mu.Lock()
-	g.met.tombstones(-r.reported, 0)
+	r.met.tombstones(-r.reported, 0)
 	r.reported = 0
 	r.mu.Unlock()
-}
-
-// activeState returns the binding if the Guard is active (and not closed
-// or rebinding).
-func (g *Guard) activeState() (tokenState, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	ts := tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}
-	return ts, g.state == StateActive && !g.binding && g.cfg.Mode != ModeOff
 }
 
 // reapOnce is one round of the loop: adopt predecessors' ledgers (once per
 // binding), remove the tombstones that are due, write the ledger. It does
 // nothing while the Guard is not active. It returns how long to wait
 // before the next round.
-func (g *Guard) reapOnce(ctx context.Context) time.Duration {
-	r := &g.tombs
+func (r *reaper) reapOnce(ctx context.Context) time.Duration {
 	r.runMu.Lock()
 	defer r.runMu.Unlock()
-	defer g.reportTombstones()
-	ts, active := g.activeState()
-	if !active || !g.reapEnabled() {
+	defer r.report()
+	ts, active := r.guard.active()
+	if !active || !r.enabled() {
 		return reapMaxWait
 	}
-	name := g.lay.ledger(ts.token, ts.claim)
+	name := r.lay.ledger(ts.token, ts.claim)
 	r.mu.Lock()
 	adopt := r.adopted != name
 	r.mu.Unlock()
 	if adopt {
-		g.adoptLedgers(ctx, ts, name)
+		r.adoptLedgers(ctx, ts, name)
 	}
-	now := g.cfg.Now()
+	now := r.now()
 	var due []tombEntry
 	r.mu.Lock()
 	for _, e := range r.known {
@@ -282,10 +310,10 @@ func (g *Guard) reapOnce(ctx context.Context) time.Duration {
 	r.mu.Unlock()
 	left := 0
 	if len(due) > 0 {
-		left = g.reapDue(ctx, ts, due)
+		left = r.reapDue(ctx, ts, due)
 	}
-	g.writeLedger(ctx, ts, false)
-	wait := g.nextReap(g.cfg.Now())
+	r.writeLedger(ctx, ts, false)
+	wait := r.nextReap(r.now())
 	if left > 0 && wait < time.Second {
 		wait = time.Second // kept for now (busy key, storage error): not a busy loop
 	}
@@ -294,8 +322,7 @@ func (g *Guard) reapOnce(ctx context.Context) time.Duration {
 
 // nextReap is the wait until the earliest due entry, or the next ledger
 // write, within [10ms, reapMaxWait].
-func (g *Guard) nextReap(now time.Time) time.Duration {
-	r := &g.tombs
+func (r *reaper) nextReap(now time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wait := reapMaxWait
@@ -313,13 +340,13 @@ func (g *Guard) nextReap(now time.Time) time.Duration {
 }
 
 // reapDue removes the due tombstones; it returns how many it had to keep.
-func (g *Guard) reapDue(ctx context.Context, ts tokenState, due []tombEntry) int {
-	exact := !g.cfg.TombstoneDeletes
+func (r *reaper) reapDue(ctx context.Context, ts tokenState, due []tombEntry) int {
+	exact := !r.tombDel
 	if !exact {
 		// Only the leader removes tombstones unconditionally; the window
 		// from here to the DELETE is in the package documentation.
-		if err := g.validate(ctx, ts, "", ""); err != nil {
-			g.log.Debug("tombstone reaper: not removing", "err", err)
+		if err := r.guard.validate(ctx, ts); err != nil {
+			r.log.Debug("tombstone reaper: not removing", "err", err)
 			return len(due)
 		}
 	}
@@ -330,35 +357,35 @@ func (g *Guard) reapDue(ctx context.Context, ts tokenState, due []tombEntry) int
 		var gone bool
 		var err error
 		if exact {
-			gone, err = g.reapExact(ctx, e)
+			gone, err = r.reapExact(ctx, e)
 		} else {
-			gone, err = g.reapUnconditional(ctx, e)
+			gone, err = r.reapUnconditional(ctx, e)
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case err != nil:
 			left++
-			g.log.Debug("tombstone reaper: kept for now", "key", e.Key, "err", err)
+			r.log.Debug("tombstone reaper: kept for now", "key", e.Key, "err", err)
 		case gone:
 			removed++
-			g.tombs.forget(e.Key, e.ETag)
+			r.forget(e.Key, e.ETag)
 		default:
-			g.tombs.forget(e.Key, e.ETag) // replaced or removed by someone else
+			r.forget(e.Key, e.ETag) // replaced or removed by someone else
 		}
 		return nil
 	})
 	if removed > 0 {
-		g.met.tombstonesRemoved(removed)
-		g.log.Info("removed tombstones", "count", removed, "kept", left)
+		r.met.tombstonesRemoved(removed)
+		r.log.Info("removed tombstones", "count", removed, "kept", left)
 	}
 	return left
 }
 
 // reapExact deletes e conditioned on its ETag: a newer write of the key is
 // never deleted. gone=false with no error: the key holds something else.
-func (g *Guard) reapExact(ctx context.Context, e tombEntry) (bool, error) {
-	err := g.store.Delete(ctx, e.Key, objstore.Condition{IfMatch: e.ETag}) // the store retries transient failures
+func (r *reaper) reapExact(ctx context.Context, e tombEntry) (bool, error) {
+	err := r.store.Delete(ctx, e.Key, objstore.Condition{IfMatch: e.ETag}) // the store retries transient failures
 	switch {
 	case err == nil:
 		return true, nil
@@ -374,28 +401,20 @@ var errKeyBusy = errors.New("a mutation of the key is in flight")
 // reapUnconditional removes e on a store whose DELETE ignores If-Match: it
 // holds back this Guard's own mutations of the key (begin waits), checks
 // with a HEAD that the key still holds e's tombstone, and deletes.
-func (g *Guard) reapUnconditional(ctx context.Context, e tombEntry) (bool, error) {
-	g.mu.Lock()
-	if g.busy[e.Key] > 0 || g.reaping[e.Key] {
-		g.mu.Unlock()
-		return false, errKeyBusy
+func (r *reaper) reapUnconditional(ctx context.Context, e tombEntry) (bool, error) {
+	release, err := r.guard.hold(e.Key)
+	if err != nil {
+		return false, err
 	}
-	g.reaping[e.Key] = true
-	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		delete(g.reaping, e.Key)
-		g.broadcast()
-		g.mu.Unlock()
-	}()
-	info, exists, err := g.head(ctx, e.Key)
+	defer release()
+	info, exists, err := r.head(ctx, e.Key)
 	if err != nil {
 		return false, err
 	}
 	if !exists || !isTombstone(info) || objstore.NormalizeETag(info.ETag) != e.ETag {
 		return false, nil
 	}
-	if err := g.store.Delete(ctx, e.Key, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+	if err := r.store.Delete(ctx, e.Key, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
 		return false, err
 	}
 	return true, nil
@@ -405,55 +424,55 @@ func (g *Guard) reapUnconditional(ctx context.Context, e tombEntry) (bool, error
 // predecessor, this Guard's own previous binding) into the known set,
 // writes this binding's ledger, and deletes theirs. Ledgers that cannot be
 // read stay for the next binder.
-func (g *Guard) adoptLedgers(ctx context.Context, ts tokenState, name string) {
-	prefix := g.lay.ledgersPrefix()
+func (r *reaper) adoptLedgers(ctx context.Context, ts tokenState, name string) {
+	prefix := r.lay.ledgersPrefix()
 	var names []string
-	err := g.store.List(ctx, prefix, "", func(e objstore.Entry) error {
+	err := r.store.List(ctx, prefix, "", func(e objstore.Entry) error {
 		if n, ok := parseLedgerName(strings.TrimPrefix(e.Key, prefix)); ok && !e.IsPrefix && e.Key != name && n <= ts.token {
 			names = append(names, e.Key)
 		}
 		return nil
 	})
 	if err != nil {
-		g.log.Warn("tombstone reaper: listing ledgers failed; retrying later", "err", err)
+		r.log.Warn("tombstone reaper: listing ledgers failed; retrying later", "err", err)
 		return
 	}
 	etags := map[string]string{}
 	for _, n := range names {
-		doc, etag, err := g.readLedger(ctx, n)
+		doc, etag, err := r.readLedger(ctx, n)
 		if errors.Is(err, objstore.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			g.log.Warn("tombstone reaper: cannot read a ledger; leaving it", "ledger", n, "err", err)
+			r.log.Warn("tombstone reaper: cannot read a ledger; leaving it", "ledger", n, "err", err)
 			continue
 		}
-		g.addKnown(doc.Tombstones)
+		r.add(doc.Tombstones)
 		etags[n] = etag
 	}
 	if len(etags) > 0 {
-		if err := g.writeLedger(ctx, ts, true); err != nil {
+		if err := r.writeLedger(ctx, ts, true); err != nil {
 			return // theirs stay until ours holds their entries
 		}
 		for n, etag := range etags {
 			cond := objstore.Condition{}
-			if !g.cfg.TombstoneDeletes {
+			if !r.tombDel {
 				cond.IfMatch = etag
 			}
-			if err := g.store.Delete(ctx, n, cond); err != nil && !errors.Is(err, objstore.ErrNotFound) {
-				g.log.Debug("tombstone reaper: deleting an adopted ledger failed", "ledger", n, "err", err)
+			if err := r.store.Delete(ctx, n, cond); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+				r.log.Debug("tombstone reaper: deleting an adopted ledger failed", "ledger", n, "err", err)
 			}
 		}
-		g.log.Info("adopted the tombstones of earlier mounts", "ledgers", len(etags))
+		r.log.Info("adopted the tombstones of earlier mounts", "ledgers", len(etags))
 	}
-	g.tombs.mu.Lock()
-	g.tombs.adopted = name
-	g.tombs.mu.Unlock()
+	r.mu.Lock()
+	r.adopted = name
+	r.mu.Unlock()
 }
 
-func (g *Guard) readLedger(ctx context.Context, key string) (ledgerDoc, string, error) {
+func (r *reaper) readLedger(ctx context.Context, key string) (ledgerDoc, string, error) {
 	var doc ledgerDoc
-	etag, err := g.readDoc(ctx, key, "tombstone ledger", 64<<20, &doc, func() int { return doc.Format })
+	etag, err := r.readDoc(ctx, key, "tombstone ledger", 64<<20, &doc, func() int { return doc.Format })
 	if err != nil {
 		return ledgerDoc{}, "", err
 	}
@@ -462,10 +481,9 @@ func (g *Guard) readLedger(ctx context.Context, key string) (ledgerDoc, string, 
 
 // writeLedger writes this binding's ledger if the known set changed (and,
 // unless force, the last write is ledgerGap old), or deletes it as soon as
-// the set is empty. LOCKS_REQUIRED(g.tombs.runMu)
-func (g *Guard) writeLedger(ctx context.Context, ts tokenState, force bool) error {
-	r := &g.tombs
-	name := g.lay.ledger(ts.token, ts.claim)
+// the set is empty. LOCKS_REQUIRED(r.runMu)
+func (r *reaper) writeLedger(ctx context.Context, ts tokenState, force bool) error {
+	name := r.lay.ledger(ts.token, ts.claim)
 	r.mu.Lock()
 	// An empty set deletes the ledger at once; rewrites keep the gap.
 	if (!r.dirty && r.ledger == name) || (!force && len(r.known) > 0 && time.Since(r.lastWrite) < ledgerGap) {
@@ -485,19 +503,19 @@ func (g *Guard) writeLedger(ctx context.Context, ts tokenState, force bool) erro
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
 	var err error
 	if len(entries) == 0 {
-		err = g.store.Delete(ctx, old, objstore.Condition{})
+		err = r.store.Delete(ctx, old, objstore.Condition{})
 		if errors.Is(err, objstore.ErrNotFound) {
 			err = nil
 		}
 	} else {
-		err = g.putDoc(ctx, name, ledgerDoc{Format: FormatVersion, Epoch: ts.token, Holder: g.holder,
-			ClaimID: ts.claim, Written: g.cfg.Now().UTC(), Tombstones: entries})
+		err = r.putDoc(ctx, name, ledgerDoc{Format: FormatVersion, Epoch: ts.token, Holder: r.holder,
+			ClaimID: ts.claim, Written: r.now().UTC(), Tombstones: entries})
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
 		r.dirty = true
-		g.log.Warn("tombstone reaper: writing the ledger failed; retrying", "err", err)
+		r.log.Warn("tombstone reaper: writing the ledger failed; retrying", "err", err)
 		return fmt.Errorf("writing the tombstone ledger: %w", err)
 	}
 	r.lastWrite = time.Now()
@@ -508,11 +526,10 @@ func (g *Guard) writeLedger(ctx context.Context, ts tokenState, force bool) erro
 	return nil
 }
 
-// reportTombstones updates the gauges: how many tombstones this Guard
+// report updates the gauges: how many tombstones this Guard
 // knows of, and the age of the oldest.
-func (g *Guard) reportTombstones() {
-	r := &g.tombs
-	now := g.cfg.Now()
+func (r *reaper) report() {
+	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var oldest time.Time
@@ -525,6 +542,6 @@ func (g *Guard) reportTombstones() {
 	if !oldest.IsZero() {
 		age = max(now.Sub(oldest).Seconds(), 0)
 	}
-	g.met.tombstones(len(r.known)-r.reported, age)
+	r.met.tombstones(len(r.known)-r.reported, age)
 	r.reported = len(r.known)
 }

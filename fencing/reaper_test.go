@@ -46,7 +46,7 @@ func manualReaper(g *Guard) *Guard {
 
 // knownTombstones returns the tombstones g tracks, sorted by key.
 func (g *Guard) knownTombstones() []tombEntry {
-	r := &g.tombs
+	r := g.tombs
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]tombEntry, 0, len(r.known))
@@ -148,7 +148,7 @@ func TestReaperRemovesSweepTombstonesAfterTheValidityAndNeverBefore(t *testing.T
 		{time.Second, 0, 0, 0},
 	} {
 		clk.Add(step.advance)
-		b.reapOnce(ctx)
+		b.tombs.reapOnce(ctx)
 		if got := tombstonesAt(t, ctx, s, keys); len(got) != step.want {
 			t.Fatalf("after %v: tombstones at %v, want %d", step.advance, got, step.want)
 		}
@@ -218,7 +218,7 @@ func TestReaperNeverDeletesAKeyWrittenAfterItsTombstone(t *testing.T) {
 				}
 				rawPut(t, ctx, s, keys[1], "someone else's")
 				clk.Add(testValidity + time.Second)
-				b.reapOnce(ctx)
+				b.tombs.reapOnce(ctx)
 				for k, want := range map[string]string{keys[0]: "mine", keys[1]: "someone else's"} {
 					if c, info, ok := read(t, ctx, s, k); !ok || IsTombstone(info) || c != want {
 						t.Errorf("%s = %q (exists %v): the reaper touched a key written after its tombstone", k, c, ok)
@@ -248,8 +248,8 @@ func TestReaperAdoptsTheLedgerOfAKilledMount(t *testing.T) {
 	}
 	manualReaper(b)
 	bind(t, ctx, b, 2)
-	b.reapOnce(ctx) // writes its ledger
-	b.cancel()      // killed
+	b.tombs.reapOnce(ctx) // writes its ledger
+	b.cancel()            // killed
 	if l := ledgers(t, ctx, s); len(l) != 1 {
 		t.Fatalf("ledgers after B's sweep: %v, want one", l)
 	}
@@ -258,7 +258,7 @@ func TestReaperAdoptsTheLedgerOfAKilledMount(t *testing.T) {
 	cfg.Holder = "C"
 	c := manualReaper(newGuard(t, s, cfg))
 	bind(t, ctx, c, 3)
-	c.reapOnce(ctx)
+	c.tombs.reapOnce(ctx)
 	if got := c.knownTombstones(); len(got) != 4 {
 		t.Fatalf("C knows %d tombstones (%v), want B's 4", len(got), got)
 	}
@@ -266,12 +266,12 @@ func TestReaperAdoptsTheLedgerOfAKilledMount(t *testing.T) {
 		t.Fatalf("ledgers after adoption: %v, want only C's", l)
 	}
 	clk.Add(testValidity - time.Minute - time.Second)
-	c.reapOnce(ctx)
+	c.tombs.reapOnce(ctx)
 	if got := tombstonesAt(t, ctx, s, keys); len(got) != 4 {
 		t.Fatalf("before due: tombstones at %v, want all 4", got)
 	}
 	clk.Add(time.Second)
-	c.reapOnce(ctx)
+	c.tombs.reapOnce(ctx)
 	if got := tombstonesAt(t, ctx, s, keys); len(got) != 0 {
 		t.Fatalf("after due: tombstones left at %v", got)
 	}
@@ -296,7 +296,7 @@ func TestReaperDoesNothingUnlessActiveOrWhileItsKeyIsBusy(t *testing.T) {
 	b.busy[keys[0]]++ // a create of t/f0 in flight
 	b.mu.Unlock()
 	clk.Add(testValidity)
-	b.reapOnce(ctx)
+	b.tombs.reapOnce(ctx)
 	if got := tombstonesAt(t, ctx, s, keys); len(got) != 1 || got[0] != keys[0] {
 		t.Fatalf("tombstones at %v, want only the busy %s", got, keys[0])
 	}
@@ -314,7 +314,7 @@ func TestReaperDoesNothingUnlessActiveOrWhileItsKeyIsBusy(t *testing.T) {
 	if _, err := gput(ctx, b, "t/x", "x", Version{}); err == nil {
 		t.Fatal("B is not fenced")
 	}
-	b.reapOnce(ctx)
+	b.tombs.reapOnce(ctx)
 	if got := tombstonesAt(t, ctx, s, keys); len(got) != 1 {
 		t.Fatalf("a fenced Guard removed tombstones: left %v", got)
 	}
@@ -337,14 +337,14 @@ func TestReaperRemovesTombstonesOfDeletesAfterTheirRecordExpires(t *testing.T) {
 	}
 	// A record entry younger than the delete (another host's clock ahead).
 	rec := record{}.add("abc", clk.Now().Add(5*time.Minute))
-	g.noteTombstone("recorded", "etag-of-recorded", rec)
+	g.tombs.note("recorded", "etag-of-recorded", rec)
 	got := g.knownTombstones()
 	if len(got) != 2 || got[0].Key != "plain" || !got[0].Due.Equal(clk.Now().Add(testValidity)) ||
 		!got[1].Due.Equal(rec[0].At.Add(testValidity)) {
 		t.Fatalf("known tombstones %+v", got)
 	}
 	clk.Add(testValidity)
-	g.reapOnce(ctx)
+	g.tombs.reapOnce(ctx)
 	if _, _, ok := read(t, ctx, s, "plain"); ok {
 		t.Fatal("the delete's tombstone is still there once due")
 	}

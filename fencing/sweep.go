@@ -50,7 +50,7 @@ func (g *Guard) sweeper(ts tokenState) *sweeper {
 		log: g.log, met: g.met, hook: g.cfg.Hooks.BeforeSweepKey,
 		validate:  func(ctx context.Context, key string) error { return g.validate(ctx, ts, "sweep", key) },
 		fenced:    func(reason string) { g.latchFenced(ts.token, ts.claim, reason) },
-		tombstone: g.noteTombstone,
+		tombstone: g.tombs.note,
 	}
 }
 
