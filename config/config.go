@@ -39,8 +39,8 @@ type S3 struct {
 	AccessKey       string
 	SecretKey       Secret
 	SessionToken    Secret
-	Profile         string
-	CredentialsFile string
+	Profile         string // carried to objstore/s3, see NamedProfile
+	CredentialsFile string // read by objstore/s3 only, never by config
 	CAFile          string
 	PathStyle       bool
 	// Timeout is the idle timeout of a request: it fails once no byte
@@ -55,10 +55,36 @@ type S3 struct {
 	Concurrency int
 	// PartSizeMiB is the multipart part size in MiB.
 	PartSizeMiB int
-	// CredentialsSource says where the credentials came from ("env",
-	// "config file", "credentials file <path> [profile]", or "" for none);
-	// for messages, never the credentials themselves.
+	// CredentialsSource says where the static keys came from ("$VARIABLE"
+	// or "in FILE"), or "" when none were set: the S3 layer then looks
+	// them up (and says where: objstore/s3's CredentialsSource). For
+	// messages, never the credentials themselves.
 	CredentialsSource string
+	// profileFrom and credentialsFileFrom are where s3.profile and
+	// s3.credentials_file were set ("" when defaulted); see NamedProfile
+	// and SettingError.
+	profileFrom, credentialsFileFrom string
+}
+
+// NamedProfile returns s3.profile when it was set (flag, -o, variable or
+// config file), else "": objstore/s3 then uses "default", and a missing
+// default profile is anonymous access instead of an error.
+func (c *Config) NamedProfile() string {
+	if c.S3.profileFrom == "" {
+		return ""
+	}
+	return c.S3.Profile
+}
+
+// SettingError is the configuration error (*Error) of key with msg, for a
+// setting that another layer checks (objstore/s3 opens s3.credentials_file
+// and looks up s3.profile), naming where the key was set like Load does.
+func (c *Config) SettingError(key, msg string) error {
+	from := map[string]string{"s3.profile": c.S3.profileFrom, "s3.credentials_file": c.S3.credentialsFileFrom}[key]
+	if from != "" {
+		key += " (" + from + ")"
+	}
+	return &Error{Key: key, Msg: msg}
 }
 
 // Fence is the fencing configuration (keys fence.*).
@@ -235,6 +261,9 @@ func (c *Config) validateS3() error {
 			return keyErr("s3.access_key", "missing while a secret key is set (set AWS_ACCESS_KEY_ID or FENCEFS_S3_ACCESS_KEY, or s3.access_key in the config file)")
 		}
 		return keyErr("s3.secret_key", "missing while an access key is set (set AWS_SECRET_ACCESS_KEY or FENCEFS_S3_SECRET_KEY, or s3.secret_key in the config file)")
+	}
+	if p := c.S3.Profile; strings.ContainsAny(p, "[]\n\r") {
+		return keyErr("s3.profile", "%q is not a profile name (accepted: the name of a section of the shared credentials file, such as default, without brackets)", p)
 	}
 	if c.S3.CAFile != "" {
 		if _, err := os.Stat(c.S3.CAFile); err != nil {

@@ -191,7 +191,7 @@ func TestLoadErrorsNameTheKeyAndAcceptedValues(t *testing.T) {
 		{"secret without access key", invocation{env: []string{"AWS_SECRET_ACCESS_KEY=verysecret"}}, []string{"s3.access_key", "AWS_ACCESS_KEY_ID"}},
 		{"missing CA file", invocation{args: []string{"--ca-file", "/nonexistent/ca.pem"}}, []string{"s3.ca_file", "/nonexistent/ca.pem"}},
 		{"missing config file", invocation{args: []string{"--config", "/nonexistent/fencefs.yaml"}}, []string{"config", "cannot read config file"}},
-		{"missing credentials file", invocation{args: []string{"--credentials-file", "/nonexistent/creds"}}, []string{"s3.credentials_file", "cannot read"}},
+		{"profile with brackets", invocation{args: []string{"--profile", "[ci]"}}, []string{"s3.profile (--profile)", "not a profile name"}},
 		{"missing region", invocation{args: []string{"--region", ""}}, []string{"s3.region", "missing"}},
 	}
 	for _, tt := range tests {
@@ -301,74 +301,68 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	}
 }
 
-func TestSharedCredentialsFile(t *testing.T) {
-	const creds = "[default]\naws_access_key_id = DEFKEY\naws_secret_access_key = defsecret\n\n[ci]\naws_access_key_id=CIKEY\naws_secret_access_key=cisecret\naws_session_token=citoken\n"
-	write := func(t *testing.T) string {
-		p := filepath.Join(t.TempDir(), "credentials")
-		if err := os.WriteFile(p, []byte(creds), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
+// TestCredentialsSettingsAreCarriedNotRead: s3.profile and
+// s3.credentials_file only travel to objstore/s3 (which reads the file and
+// checks the profile); Load never opens the file, and keeps where each was
+// set for the S3 layer's errors.
+func TestCredentialsSettingsAreCarriedNotRead(t *testing.T) {
+	const creds = "[default]\naws_access_key_id = DEFKEY\naws_secret_access_key = defsecret\n"
+	tests := []struct {
+		name        string
+		inv         invocation
+		homeCreds   bool   // write ~/.aws/credentials
+		wantNamed   string // NamedProfile
+		wantFile    string
+		errKey      string // SettingError(errKey, "m") must start with wantErr
+		wantErr     string
+		wantKeyFrom string // CredentialsSource
+	}{
+		{"nothing named", invocation{}, true, "", "", "s3.profile", "s3.profile: m", ""},
+		{"profile from AWS_PROFILE", invocation{env: []string{"AWS_PROFILE=ci"}}, false, "ci", "", "s3.profile", "s3.profile ($AWS_PROFILE): m", ""},
+		{"profile from FENCEFS_S3_PROFILE over AWS_PROFILE", invocation{env: []string{"AWS_PROFILE=ci", "FENCEFS_S3_PROFILE=prod"}}, false, "prod", "", "s3.profile", "s3.profile ($FENCEFS_S3_PROFILE): m", ""},
+		{"profile from --profile", invocation{args: []string{"--profile", "ci"}}, false, "ci", "", "s3.profile", "s3.profile (--profile): m", ""},
+		{"profile from -o", invocation{args: []string{"-o", "profile=ci"}}, false, "ci", "", "s3.profile", "s3.profile (-o profile): m", ""},
+		{"profile from the config file", invocation{file: "s3:\n  profile: ci\n"}, false, "ci", "", "s3.profile", "s3.profile (in ", ""},
+		{"default named explicitly", invocation{env: []string{"AWS_PROFILE=default"}}, false, "default", "", "s3.profile", "s3.profile ($AWS_PROFILE): m", ""},
+		{"missing file from AWS_SHARED_CREDENTIALS_FILE is not opened", invocation{env: []string{"AWS_SHARED_CREDENTIALS_FILE=/nonexistent/creds"}}, false, "", "/nonexistent/creds", "s3.credentials_file", "s3.credentials_file ($AWS_SHARED_CREDENTIALS_FILE): m", ""},
+		{"file from --credentials-file", invocation{args: []string{"--credentials-file", "/nonexistent/creds"}}, false, "", "/nonexistent/creds", "s3.credentials_file", "s3.credentials_file (--credentials-file): m", ""},
+		{"keys from the environment", invocation{env: []string{"AWS_ACCESS_KEY_ID=AKID", "AWS_SECRET_ACCESS_KEY=s3cr3t-value", "AWS_PROFILE=ci"}}, false, "ci", "", "s3.profile", "s3.profile ($AWS_PROFILE): m", "$AWS_ACCESS_KEY_ID"},
 	}
-	t.Run("default profile from AWS_SHARED_CREDENTIALS_FILE", func(t *testing.T) {
-		p := write(t)
-		c, err := load(t, invocation{env: []string{"AWS_SHARED_CREDENTIALS_FILE=" + p}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.S3.AccessKey != "DEFKEY" || c.S3.SecretKey.Reveal() != "defsecret" {
-			t.Fatalf("got %q/%q", c.S3.AccessKey, c.S3.SecretKey.Reveal())
-		}
-		if !strings.Contains(c.S3.CredentialsSource, "[default]") {
-			t.Errorf("source %q", c.S3.CredentialsSource)
-		}
-	})
-	t.Run("AWS_PROFILE selects a section", func(t *testing.T) {
-		p := write(t)
-		c, err := load(t, invocation{env: []string{"AWS_SHARED_CREDENTIALS_FILE=" + p, "AWS_PROFILE=ci"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.S3.AccessKey != "CIKEY" || c.S3.SessionToken.Reveal() != "citoken" {
-			t.Fatalf("got %q/%q", c.S3.AccessKey, c.S3.SessionToken.Reveal())
-		}
-	})
-	t.Run("env credentials win over the file", func(t *testing.T) {
-		p := write(t)
-		c, err := load(t, invocation{env: []string{"AWS_SHARED_CREDENTIALS_FILE=" + p, "AWS_ACCESS_KEY_ID=ENVKEY", "AWS_SECRET_ACCESS_KEY=envsecret"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.S3.AccessKey != "ENVKEY" {
-			t.Fatalf("got %q", c.S3.AccessKey)
-		}
-	})
-	t.Run("missing profile is an error", func(t *testing.T) {
-		p := write(t)
-		_, err := load(t, invocation{env: []string{"AWS_SHARED_CREDENTIALS_FILE=" + p, "AWS_PROFILE=nope"}})
-		if err == nil || !strings.Contains(err.Error(), "s3.profile") || !strings.Contains(err.Error(), `"nope"`) {
-			t.Fatalf("err = %v", err)
-		}
-	})
-	t.Run("~/.aws/credentials is the default file", func(t *testing.T) {
-		isolate(t)
-		home := os.Getenv("HOME")
-		if err := os.MkdirAll(filepath.Join(home, ".aws"), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(home, ".aws", "credentials"), []byte(creds), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-		RegisterFlags(fs, GroupAll)
-		c, err := Load(Source{Flags: fs, Target: "bkt", Mountpoint: "/m", SearchPaths: []string{}}, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.S3.AccessKey != "DEFKEY" {
-			t.Fatalf("got %q", c.S3.AccessKey)
-		}
-	})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			isolate(t)
+			if tt.homeCreds {
+				home := os.Getenv("HOME")
+				if err := os.MkdirAll(filepath.Join(home, ".aws"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(home, ".aws", "credentials"), []byte(creds), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := load(t, tt.inv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.NamedProfile(); got != tt.wantNamed {
+				t.Errorf("NamedProfile() = %q, want %q", got, tt.wantNamed)
+			}
+			if c.S3.CredentialsFile != tt.wantFile {
+				t.Errorf("CredentialsFile = %q, want %q", c.S3.CredentialsFile, tt.wantFile)
+			}
+			if tt.wantKeyFrom == "" && (c.S3.AccessKey != "" || c.S3.SecretKey != "") {
+				t.Errorf("Load read keys %q: the credentials file is objstore/s3's to read", c.S3.AccessKey)
+			}
+			if c.S3.CredentialsSource != tt.wantKeyFrom {
+				t.Errorf("CredentialsSource = %q, want %q", c.S3.CredentialsSource, tt.wantKeyFrom)
+			}
+			err = c.SettingError(tt.errKey, "m")
+			var ke *Error
+			if !errors.As(err, &ke) || !strings.HasPrefix(err.Error(), tt.wantErr) {
+				t.Errorf("SettingError = %v, want an *Error starting %q", err, tt.wantErr)
+			}
+		})
+	}
 }
 
 func TestConfigFileSearchPath(t *testing.T) {

@@ -26,8 +26,11 @@
 // BUCKET[/PREFIX] argument sets s3.bucket and s3.prefix at flag level. Among
 // the environment variables of one key the first listed wins
 // (FENCEFS_S3_REGION before AWS_REGION before AWS_DEFAULT_REGION).
-// Credentials not given by env or file come from the shared credentials
-// file (s3.credentials_file, default ~/.aws/credentials, profile s3.profile).
+// Credentials not given by env or file are looked up by objstore/s3, in the
+// shared credentials file (s3.credentials_file, default ~/.aws/credentials,
+// profile s3.profile): this package carries those two settings (and where
+// they were set: Config.NamedProfile, Config.SettingError) but never opens
+// the file.
 //
 // The config file is --config, else -o config=PATH, else $FENCEFS_CONFIG,
 // else the first of $XDG_CONFIG_HOME/fencefs/config.yaml (or

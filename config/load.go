@@ -380,9 +380,8 @@ func (l *loader) build() (*Config, error) {
 	}
 	if c.S3.AccessKey != "" || c.S3.SecretKey != "" {
 		c.S3.CredentialsSource = l.origin("s3.access_key")
-	} else if err := l.sharedCredentials(c); err != nil {
-		return nil, err
 	}
+	c.S3.profileFrom, c.S3.credentialsFileFrom = l.origin("s3.profile"), l.origin("s3.credentials_file")
 	return c, nil
 }
 

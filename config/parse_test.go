@@ -64,15 +64,3 @@ func TestValuesAreParsedByTheirDeclaredKind(t *testing.T) {
 		})
 	}
 }
-
-func TestUnreadableCredentialsFileIsOneLineError(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "credentials")
-	long := "[default]\naws_access_key_id = " + strings.Repeat("A", 70<<10) + "\n"
-	if err := os.WriteFile(p, []byte(long), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err := load(t, invocation{env: []string{"AWS_SHARED_CREDENTIALS_FILE=" + p}})
-	if err == nil || !strings.Contains(err.Error(), "s3.credentials_file ($AWS_SHARED_CREDENTIALS_FILE): cannot read "+p) || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("err = %v, want one line naming the file and where it was set", err)
-	}
-}

@@ -399,6 +399,12 @@ func TestMountFailuresGiveOneClearLineAndLeaveNothingMounted(t *testing.T) {
 	if err := os.WriteFile(badTok, []byte("leader-17\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Keys only in a shared credentials file, which objstore/s3 reads.
+	noKeys := []string{"AWS_REGION=" + gw.Region}
+	credFile := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(credFile, []byte("[ci]\naws_access_key_id = "+gw.AccessKey+"\naws_secret_access_key = not-the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name       string
 		env        []string
@@ -418,6 +424,12 @@ func TestMountFailuresGiveOneClearLineAndLeaveNothingMounted(t *testing.T) {
 		// A bad token file is a configuration mistake (exit 2), reported
 		// before any network error could hide it, in both forms.
 		{"bad token file, unreachable endpoint", creds, bucket, []string{"-o", "endpoint=" + dead + ",token_file=" + badTok}, false, []string{"fence.token_file " + badTok, `"leader-17" is not a valid token`}, exitUsage},
+		// A named credentials file or profile that cannot be used is a
+		// configuration mistake too (exit 2), found by objstore/s3.
+		{"missing credentials file", noKeys, bucket, []string{"-o", "endpoint=" + gw.Endpoint + ",credentials_file=" + credFile + ".missing"}, false, []string{"s3.credentials_file (-o credentials_file): cannot read " + credFile + ".missing"}, exitUsage},
+		{"profile not in the credentials file", noKeys, bucket, []string{"--profile", "nope", "--credentials-file", credFile, "-o", "endpoint=" + gw.Endpoint}, false, []string{`s3.profile (--profile): profile "nope" not found in ` + credFile}, exitUsage},
+		{"profile not in the credentials file in the foreground", append([]string{"AWS_PROFILE=nope", "AWS_SHARED_CREDENTIALS_FILE=" + credFile}, noKeys...), bucket, []string{"--foreground", "--log-file", "/dev/null", "-o", "endpoint=" + gw.Endpoint}, true, []string{`s3.profile ($AWS_PROFILE): profile "nope" not found in ` + credFile}, exitUsage},
+		{"refused keys from the credentials file", noKeys, bucket, []string{"--profile", "ci", "--credentials-file", credFile, "-o", "endpoint=" + gw.Endpoint}, false, []string{"access denied", "credentials from " + credFile + " [ci]"}, exitFailure},
 		{"missing token file in the foreground", creds, bucket, []string{"--foreground", "--log-file", "/dev/null", "-o", "endpoint=" + gw.Endpoint + ",token_file=" + badTok + ".missing"}, true, []string{"fence.token_file: cannot read " + badTok + ".missing"}, exitUsage},
 	}
 	for _, tt := range tests {

@@ -17,6 +17,7 @@ import (
 	"github.com/fencefs/fencefs/config"
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
+	"github.com/fencefs/fencefs/objstore/s3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -237,6 +238,12 @@ func (m *mountRun) start(ctx context.Context) error {
 		return explainStoreErr(cfg, err)
 	}
 	m.store = store
+	if cfg.S3.CredentialsSource == "" {
+		if s, ok := store.(interface{ CredentialsSource() string }); ok {
+			cfg.S3.CredentialsSource = s.CredentialsSource()
+		}
+	}
+	m.log.Info("connected to the bucket", "bucket", cfg.S3.Bucket, "endpoint", cfg.EndpointURL(), "credentials", credentialsFrom(cfg, nil))
 	if err := checkBucket(ctx, cfg, store); err != nil {
 		return err
 	}
@@ -479,18 +486,33 @@ func probeForMount(ctx context.Context, cfg *config.Config, store objstore.Store
 	return &caps, nil
 }
 
+// credentialsFrom says where the credentials came from: the static keys'
+// origin, else where objstore/s3 found them (for a failed s3.New, as err
+// tells), for messages.
+func credentialsFrom(cfg *config.Config, err error) string {
+	src := cfg.S3.CredentialsSource
+	if s, ok := s3.CredentialsSourceOf(err); ok && src == "" {
+		src = s
+	}
+	if src == "" {
+		src = "none given: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+	}
+	return src
+}
+
 // explainStoreErr turns a storage error into the one line a user needs.
 func explainStoreErr(cfg *config.Config, err error) error {
 	ep := cfg.EndpointURL()
+	var credErr *s3.CredentialsError
 	switch {
 	case errors.Is(err, objstore.ErrNoBucket):
 		return fmt.Errorf("bucket %q does not exist at %s", cfg.S3.Bucket, ep)
+	case errors.As(err, &credErr):
+		// A named credentials file or profile that cannot be used is a
+		// configuration mistake (exit 2), found before any request.
+		return usageError{cfg.SettingError(credErr.Key, credErr.Msg)}
 	case errors.Is(err, objstore.ErrAuth):
-		src := cfg.S3.CredentialsSource
-		if src == "" {
-			src = "none given: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
-		}
-		return fmt.Errorf("access denied to bucket %q at %s (check the access key and secret; credentials from %s)", cfg.S3.Bucket, ep, src)
+		return fmt.Errorf("access denied to bucket %q at %s (check the access key and secret; credentials from %s)", cfg.S3.Bucket, ep, credentialsFrom(cfg, err))
 	case errors.Is(err, objstore.ErrUnavailable):
 		var dns *net.DNSError
 		var op *net.OpError

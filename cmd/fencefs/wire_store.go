@@ -19,6 +19,8 @@ func s3Config(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) s
 		AccessKey:          cfg.S3.AccessKey,
 		SecretKey:          cfg.S3.SecretKey.Reveal(),
 		SessionToken:       cfg.S3.SessionToken.Reveal(),
+		Profile:            cfg.NamedProfile(),
+		CredentialsFile:    cfg.S3.CredentialsFile,
 		CAFile:             cfg.S3.CAFile,
 		PathStyle:          cfg.S3.PathStyle,
 		IdleTimeout:        cfg.S3.Timeout,

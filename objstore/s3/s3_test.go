@@ -119,6 +119,56 @@ func TestEnvironmentCredentials(t *testing.T) {
 	}
 }
 
+// TestSharedCredentialsFileAgainstGateway: with no keys in the Config, the
+// store signs with the named file's profile, and says so, also when the
+// server refuses them.
+func TestSharedCredentialsFileAgainstGateway(t *testing.T) {
+	gw := gateway.ForTest(t)
+	for _, tc := range []struct {
+		name   string
+		secret string
+		want   error
+	}{
+		{"accepted keys from the file", gw.SecretKey, nil},
+		{"refused keys from the file", "not-the-secret", objstore.ErrAuth},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, e := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
+				t.Setenv(e, "")
+			}
+			file := filepath.Join(t.TempDir(), "credentials")
+			body := "[other]\naws_access_key_id = X\naws_secret_access_key = Y\n[ci]\naws_access_key_id = " + gw.AccessKey + "\naws_secret_access_key = " + tc.secret + "\n"
+			if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg := config(t, gw)
+			cfg.AccessKey, cfg.SecretKey = "", ""
+			cfg.CredentialsFile, cfg.Profile = file, "ci"
+			wantFrom := file + " [ci]"
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			s, err := s3.New(ctx, cfg)
+			if tc.want != nil {
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("got %v, want %v", err, tc.want)
+				}
+				if from, ok := s3.CredentialsSourceOf(err); !ok || from != wantFrom {
+					t.Fatalf("CredentialsSourceOf = %q, %v; want %q", from, ok, wantFrom)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := s.CredentialsSource(); got != wantFrom {
+				t.Errorf("CredentialsSource = %q, want %q", got, wantFrom)
+			}
+			storetest.MustPut(t, ctx, s, "k", []byte("x"), objstore.PutOptions{})
+		})
+	}
+}
+
 func TestMakeBucket(t *testing.T) {
 	gw := gateway.ForTest(t)
 	cfg := config(t, gw)
