@@ -80,7 +80,7 @@ func (g *Guard) bindOnce(ctx context.Context, token uint64) (uint64, error) {
 
 	g.mu.Lock()
 	if n != prevToken || claim != prevClaim {
-		g.dropAllIntentsLocked()
+		g.intents.dropAll()
 	}
 	g.token, g.claim, g.state, g.reason, g.sweepErr = n, claim, StateSweeping, "", nil
 	g.broadcast()
@@ -92,7 +92,7 @@ func (g *Guard) bindOnce(ctx context.Context, token uint64) (uint64, error) {
 	if err == nil && g.cfg.Mode == ModeStrict {
 		// The journal exists before the validation below: any binder of a
 		// newer epoch raised after that validation lists (and seals) it.
-		err = g.createJournal(ctx, ts)
+		err = g.intents.createJournal(ctx, ts)
 	}
 	if err == nil {
 		// A newer epoch may have appeared while we swept: then we are not

@@ -31,9 +31,16 @@ const (
 // Concurrency: all methods are safe for concurrent use. Mutations run in
 // parallel; Bind waits until the mutations in flight have finished and
 // holds new ones (they wait, bounded by their context) until the sweep is
-// done. Lock order: bindMu, then mu, then a batch's own mutex or tombs.mu.
+// done. Lock order: bindMu, then mu, then intents.mu, a batch's own mutex
+// or tombs.mu (the reaper's round mutex, tombs.runMu, comes before mu).
 // No lock is held across I/O (but the reaper's round mutex, which only
 // orders its own rounds).
+//
+// The Guard keeps the binding and admission state and composes the parts
+// that need only the bucket (objects), a few settings and a few answers
+// from it: the intent journal (intentJournal, intents.go and journal.go),
+// the takeover sweep (sweeper, sweep.go) and the tombstone reaper (reaper,
+// reaper.go).
 type Guard struct {
 	// Dependencies and configuration: constant after New.
 	objects // the store, the key layout, the clock, the holder id
@@ -61,26 +68,18 @@ type Guard struct {
 	// reported is the state this Guard counts itself in for the shared
 	// state gauge ("" once closed). GUARDED_BY(mu)
 	reported State
-	intents  map[string]*keyIntent // live intents by target key; GUARDED_BY(mu)
 	// busy counts the mutations in flight by key; reaping holds the keys
 	// whose tombstone the reaper removes unconditionally right now
 	// (begin waits for them). GUARDED_BY(mu)
 	busy    map[string]int
 	reaping map[string]bool
 
-	tombs *reaper // tombstones to remove (reaper.go)
+	// The parts the Guard composes, each with its own lock (taken after
+	// mu, never held while calling back into the Guard): constant after New.
+	intents *intentJournal // the intents of mutations in flight and their journal (intents.go, journal.go)
+	tombs   *reaper        // tombstones to remove (reaper.go)
 
 	vals batch[valResult] // validation rounds (register reads)
-
-	// jr is the intent journal of the current binding (strict mode; nil
-	// before it is created). GUARDED_BY(mu)
-	jr    *journal
-	jTrim bool // a journal trim is scheduled; GUARDED_BY(mu)
-	// regChecked is when a journal write last started a background
-	// register read (see regCheckEvery). GUARDED_BY(mu)
-	regChecked time.Time
-
-	jWrites batch[error] // journal writes
 }
 
 // tokenState is what a mutation captured at its start.
@@ -139,10 +138,17 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 		cancel:  cancel,
 		state:   StateUnbound,
 		changed: make(chan struct{}),
-		intents: map[string]*keyIntent{},
 		busy:    map[string]int{},
 		reaping: map[string]bool{},
 	}
+	g.intents = newIntentJournal(g.objects, cfg, g.log, bg, &g.wg, journalGuard{
+		fenced: g.fencedIn,
+		latch:  g.latchFenced,
+		validate: func(ctx context.Context, ts tokenState, key string) error {
+			return g.validate(ctx, ts, "", key)
+		},
+		seen: g.noteRegister,
+	})
 	g.tombs = newReaper(g.objects, cfg, g.log, g.met, bg, reaperGuard{
 		active:   g.activeState,
 		validate: func(ctx context.Context, ts tokenState) error { return g.validate(ctx, ts, "", "") },
@@ -386,55 +392,12 @@ func (g *Guard) latchFencedLocked(token uint64, claim, reason string) {
 	g.log.Warn("fenced: refusing every mutation from now on", "reason", reason, "token", token, "holder", g.holder)
 }
 
-// fenceError is an error that wraps a domain sentinel (and the storage
-// error that caused it, if any) and carries a full human-readable message.
-type fenceError struct {
-	sentinel error
-	msg      string
-	cause    error
-	reason   string // ErrFenced: why (what latchFenced records)
-}
-
-func (e *fenceError) Error() string { return e.msg }
-func (e *fenceError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{e.sentinel}
-	}
-	return []error{e.sentinel, e.cause}
-}
-
-func fencedErr(op, key, reason string) error {
-	if op == "" {
-		op = "intent"
-	}
-	return &fenceError{sentinel: ErrFenced, msg: fmt.Sprintf("fenced: %s (%s %s)", reason, op, key), reason: reason}
-}
-
-// fencedReason returns the reason an ErrFenced built by fencedErr gives
-// ("" for any other error).
-func fencedReason(err error) string {
-	var fe *fenceError
-	if errors.As(err, &fe) {
-		return fe.reason
-	}
-	return ""
-}
-
-func staleErr(op, key, reason string) error {
-	return &fenceError{sentinel: ErrStale, msg: fmt.Sprintf("stale: %s %s: %s", op, key, reason)}
-}
-
-// unverifiedErr builds an ErrUnverified with the message fmt.Errorf(format,
-// args...) gives; the errors the format wraps with %w are kept as causes,
-// so errors.Is also sees storage sentinels and context errors through it.
-func unverifiedErr(format string, args ...any) error {
-	w := fmt.Errorf(format, args...)
-	e := &fenceError{sentinel: ErrUnverified, msg: "cannot verify the epoch: " + w.Error()}
-	switch w.(type) {
-	case interface{ Unwrap() error }, interface{ Unwrap() []error }:
-		e.cause = w
-	}
-	return e
+// fencedIn returns why the Guard is latched fenced while bound to token
+// (ok=false: it is not fenced, or bound to another token).
+func (g *Guard) fencedIn(token uint64) (reason string, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reason, g.state == StateFenced && g.token == token
 }
 
 // Refresh re-reads the register now. On a bound Guard it validates the
@@ -566,6 +529,7 @@ func (g *Guard) Close(ctx context.Context) error {
 	defer g.cancel()
 	g.mu.Lock()
 	g.closed = true
+	g.intents.markClosed()
 	g.broadcast()
 	err := g.waitIdleLocked(ctx)
 	g.mu.Unlock()
@@ -585,27 +549,7 @@ func (g *Guard) Close(ctx context.Context) error {
 	}
 	// The journal goes unless it names a commit whose outcome is unknown
 	// (or one still in flight after ctx ended above).
-	g.mu.Lock()
-	keep := false
-	for k, ki := range g.intents {
-		if ki.refs > 0 || ki.orphan {
-			keep = true
-		}
-		delete(g.intents, k)
-	}
-	jr := g.jr
-	g.jr = nil
-	if jr != nil {
-		keep = keep || len(jr.orphans) > 0
-		if jr.dead == nil {
-			jr.dead = unverifiedErr("the fencing guard is closed")
-		}
-	}
-	g.mu.Unlock()
-	if jr == nil || keep {
-		return nil
-	}
-	if err := g.store.Delete(ctx, jr.name, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+	if err := g.intents.closeJournal(ctx); err != nil {
 		return fmt.Errorf("closing the fencing guard: deleting the intent journal: %w", err)
 	}
 	return nil

@@ -108,9 +108,9 @@ func TestSettledIntentsAreDeletedAndCloseCleansUp(t *testing.T) {
 	g.PrepareBase("i/p", Version{})
 	waitFor(t, ctx, func() bool { return slices.Equal(intentKeys(t, ctx, s, ""), []string{"i/p"}) })
 	waitFor(t, ctx, func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		ki := g.intents["i/p"]
+		g.intents.mu.Lock()
+		defer g.intents.mu.Unlock()
+		ki := g.intents.live["i/p"]
 		return ki == nil || ki.refs == 0 && ki.gen > 0 // PrepareBase settled it (nil: dropped, caught below)
 	})
 	if _, err := gput(ctx, g, "i/q", "x", Version{}); err != nil {
@@ -173,7 +173,7 @@ func TestMutationsWaitForTheSweep(t *testing.T) {
 	a.mu.Lock()
 	ts := tokenState{mode: ModeStrict, token: a.token, claim: a.claim}
 	a.mu.Unlock()
-	if _, err := a.ensureIntent(ctx, ts, "w/k", ""); err != nil {
+	if _, err := a.intents.ensure(ctx, ts, "w/k", ""); err != nil {
 		t.Fatal(err)
 	}
 	gate := make(chan struct{})

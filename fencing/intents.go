@@ -3,6 +3,8 @@ package fencing
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/fencefs/fencefs/objstore"
@@ -11,7 +13,7 @@ import (
 // keyIntent is this Guard's intent for one target key: the bases ("" =
 // absent) a commit of ours to the key may be conditioned on, kept as an
 // entry of the binding's journal (journal.go). All fields are
-// GUARDED_BY(g.mu).
+// GUARDED_BY(intentJournal.mu).
 type keyIntent struct {
 	key         string
 	epoch       uint64
@@ -34,25 +36,96 @@ type keyIntent struct {
 	roundBases map[string]bool
 }
 
-// ensureIntent makes sure the journal names (key, base) (written and
-// validated) and takes a reference on the key's intent; the caller must
-// call settle. Concurrent callers share journal writes.
-func (g *Guard) ensureIntent(ctx context.Context, ts tokenState, key, base string) (*keyIntent, error) {
-	g.mu.Lock()
-	ki := g.refIntentLocked(ts, key)
-	g.mu.Unlock()
-	if err := g.cover(ctx, ki, base); err != nil {
-		g.settle(ki, true)
+// intentJournal is a Guard's intent journal: the intents of its
+// mutations in flight (keyIntent, by key) and the journal object of the
+// current binding that names them (journal.go), written in group commits.
+// It reads and writes the bucket through objects and asks the Guard only
+// what the Guard alone knows (journalGuard). A mutation takes an intent
+// with ensure (or cover, on one it holds) and gives it back with settle;
+// Bind drops every intent (dropAll) and creates the next binding's journal
+// (createJournal); Close ends it (markClosed, then closeJournal).
+//
+// Concurrency: every method is safe for concurrent use. mu guards the
+// intents, the journal's mutable fields and the bookkeeping below; it is
+// never held across I/O nor while calling the Guard. Lock order: the
+// Guard's mu, then mu. What must change atomically with the Guard's token
+// state does so under both: Bind drops every intent of the old binding in
+// the critical section (of the Guard's mu) in which it changes the token,
+// Reserve takes its references in the one in which it checked the binding
+// (refAll), and Close marks the journal closed in the one in which it
+// closes the Guard. The check that a write's Guard is fenced (journalGuard
+// fenced) is made just before the write fixes its content, not atomically
+// with it: it only keeps a fenced writer from contending with a seal, and
+// safety rests on the seal (see journal.go).
+type intentJournal struct {
+	objects               // the store, the key layout, the clock, the holder id
+	linger  time.Duration // Config.IntentLinger
+	timeout time.Duration // Config.OpTimeout
+	log     *slog.Logger
+	bg      context.Context // the Guard's: ends when it closes
+	wg      *sync.WaitGroup // the Guard's background work (Close waits for it)
+	guard   journalGuard
+
+	writes batch[error] // journal writes
+
+	mu   sync.Mutex
+	live map[string]*keyIntent // live intents by target key; GUARDED_BY(mu)
+	// jr is the journal of the current binding (strict mode; nil before it
+	// is created). GUARDED_BY(mu)
+	jr   *journal
+	trim bool // a journal trim is scheduled; GUARDED_BY(mu)
+	// regChecked is when a journal write last started a background
+	// register read (see regCheckEvery). GUARDED_BY(mu)
+	regChecked time.Time
+	closed     bool // the Guard is closing: no drops, no trims; GUARDED_BY(mu)
+}
+
+// journalGuard is what the intent journal asks of its Guard. Each is
+// called without the journal's mu held.
+type journalGuard struct {
+	// fenced returns why the Guard is latched fenced while bound to epoch
+	// (ok=false: it is not).
+	fenced func(epoch uint64) (reason string, ok bool)
+	// latch latches the binding (token, claim) fenced (Guard.latchFenced).
+	latch func(token uint64, claim, reason string)
+	// validate checks with a register read that ts's binding is still the
+	// newest (Guard.validate).
+	validate func(ctx context.Context, ts tokenState, key string) error
+	// seen caches a register a journal write read (Guard.noteRegister).
+	seen func(reg Register, etag string)
+}
+
+// newIntentJournal returns the (empty) intent journal of a Guard over o
+// configured by cfg, whose background work runs under bg and counts in wg.
+func newIntentJournal(o objects, cfg Config, log *slog.Logger, bg context.Context, wg *sync.WaitGroup, guard journalGuard) *intentJournal {
+	return &intentJournal{objects: o, linger: cfg.IntentLinger, timeout: cfg.OpTimeout, log: log,
+		bg: bg, wg: wg, guard: guard, live: map[string]*keyIntent{}}
+}
+
+// opCtx is the context of one background operation (opContext).
+func (ij *intentJournal) opCtx() (context.Context, context.CancelFunc) {
+	return opContext(ij.bg, ij.timeout)
+}
+
+// ensure makes sure the journal names (key, base) (written and validated)
+// and takes a reference on the key's intent; the caller must call settle.
+// Concurrent callers share journal writes.
+func (ij *intentJournal) ensure(ctx context.Context, ts tokenState, key, base string) (*keyIntent, error) {
+	ij.mu.Lock()
+	ki := ij.refLocked(ts, key)
+	ij.mu.Unlock()
+	if err := ij.cover(ctx, ki, base); err != nil {
+		ij.settle(ki, true)
 		return nil, err
 	}
 	return ki, nil
 }
 
-// refIntentLocked returns the live intent for key under ts's binding
-// (a new one if there is none) with a reference taken for the caller.
-// LOCKS_REQUIRED(g.mu)
-func (g *Guard) refIntentLocked(ts tokenState, key string) *keyIntent {
-	ki := g.intents[key]
+// refLocked returns the live intent for key under ts's binding (a new one
+// if there is none) with a reference taken for the caller.
+// LOCKS_REQUIRED(ij.mu)
+func (ij *intentJournal) refLocked(ts tokenState, key string) *keyIntent {
+	ki := ij.live[key]
 	if ki == nil || ki.epoch != ts.token || ki.claim != ts.claim {
 		ki = &keyIntent{
 			key:     key,
@@ -61,38 +134,48 @@ func (g *Guard) refIntentLocked(ts tokenState, key string) *keyIntent {
 			bases:   map[string]bool{},
 			written: map[string]bool{},
 		}
-		g.intents[key] = ki
+		ij.live[key] = ki
 	}
 	ki.refs++
 	return ki
 }
 
 // wantBaseLocked adds base to what ki's entry must name (the next journal
-// write includes it). LOCKS_REQUIRED(g.mu)
-func (g *Guard) wantBaseLocked(ki *keyIntent, base string) {
+// write includes it). LOCKS_REQUIRED(ij.mu)
+func (ij *intentJournal) wantBaseLocked(ki *keyIntent, base string) {
 	ki.bases[base] = true
 	if ki.orphan {
 		// No longer a live entry: the journal keeps it among its orphans.
-		if jr := g.jr; jr != nil && jr.epoch == ki.epoch && jr.claim == ki.claim {
-			if jr.orphans[ki.key] == nil {
-				jr.orphans[ki.key] = map[string]bool{}
-			}
-			jr.orphans[ki.key][base] = true
-		}
+		ij.orphanLocked(ki, base)
+	}
+}
+
+// orphanLocked adds bases of ki to the orphans of the journal of ki's
+// binding (if it is the current one). LOCKS_REQUIRED(ij.mu)
+func (ij *intentJournal) orphanLocked(ki *keyIntent, bases ...string) {
+	jr := ij.jr
+	if jr == nil || jr.epoch != ki.epoch || jr.claim != ki.claim {
+		return
+	}
+	if jr.orphans[ki.key] == nil {
+		jr.orphans[ki.key] = map[string]bool{}
+	}
+	for _, b := range bases {
+		jr.orphans[ki.key][b] = true
 	}
 }
 
 // cover makes the journal name base for ki's key, unless it already does.
-func (g *Guard) cover(ctx context.Context, ki *keyIntent, base string) error {
-	g.mu.Lock()
+func (ij *intentJournal) cover(ctx context.Context, ki *keyIntent, base string) error {
+	ij.mu.Lock()
 	if ki.written[base] {
-		g.mu.Unlock()
+		ij.mu.Unlock()
 		return nil
 	}
 	if r := ki.round; r != nil && ki.roundBases[base] {
 		// A write naming base is in flight (or done): wait for it rather
 		// than queue another; if it failed, a new write tries again.
-		g.mu.Unlock()
+		ij.mu.Unlock()
 		werr, err := r.wait(ctx)
 		if err != nil {
 			return err
@@ -100,19 +183,19 @@ func (g *Guard) cover(ctx context.Context, ki *keyIntent, base string) error {
 		if errors.Is(werr, ErrFenced) {
 			return werr
 		}
-		g.mu.Lock()
+		ij.mu.Lock()
 		if ki.written[base] {
-			g.mu.Unlock()
+			ij.mu.Unlock()
 			return nil
 		}
 	}
-	g.wantBaseLocked(ki, base)
-	g.mu.Unlock()
-	if err := g.syncJournal(ctx); err != nil {
+	ij.wantBaseLocked(ki, base)
+	ij.mu.Unlock()
+	if err := ij.syncJournal(ctx); err != nil {
 		return err
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	ij.mu.Lock()
+	defer ij.mu.Unlock()
 	if ki.orphan && !ki.written[base] {
 		ki.written[base] = true // written as an orphan entry
 		if ki.validated == nil {
@@ -126,66 +209,73 @@ func (g *Guard) cover(ctx context.Context, ki *keyIntent, base string) error {
 	return nil
 }
 
-// settle drops a reference taken by ensureIntent. definitive=false means
-// the commit's outcome is unknown (it may still land): the entry then stays
-// in the journal for the next sweep (among its orphans), and a fresh
-// intent is used from now on.
-func (g *Guard) settle(ki *keyIntent, definitive bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// settle drops a reference taken by ensure. definitive=false means the
+// commit's outcome is unknown (it may still land): the entry then stays in
+// the journal for the next sweep (among its orphans), and a fresh intent is
+// used from now on.
+func (ij *intentJournal) settle(ki *keyIntent, definitive bool) {
+	ij.mu.Lock()
+	defer ij.mu.Unlock()
+	ij.settleLocked(ki, definitive)
+}
+
+// settleCommit is settle for the mutation that committed (or gave up):
+// from now on only the short linger keeps ki, not PrepareBase's.
+func (ij *intentJournal) settleCommit(ki *keyIntent, definitive bool) {
+	ij.mu.Lock()
+	defer ij.mu.Unlock()
+	ki.keepUntil = time.Time{}
+	ij.settleLocked(ki, definitive)
+}
+
+// settleLocked is settle for a caller holding mu. LOCKS_REQUIRED(ij.mu)
+func (ij *intentJournal) settleLocked(ki *keyIntent, definitive bool) {
 	ki.refs--
 	if !definitive && ki.writtenOnce && !ki.orphan {
 		ki.orphan = true
-		if jr := g.jr; jr != nil && jr.epoch == ki.epoch && jr.claim == ki.claim {
-			if jr.orphans[ki.key] == nil {
-				jr.orphans[ki.key] = map[string]bool{}
-			}
-			for b := range ki.bases {
-				jr.orphans[ki.key][b] = true
-			}
-		}
+		ij.orphanLocked(ki, sortedKeys(ki.bases)...)
 	}
 	if ki.orphan {
-		if g.intents[ki.key] == ki {
-			delete(g.intents, ki.key)
+		if ij.live[ki.key] == ki {
+			delete(ij.live, ki.key)
 		}
 		return
 	}
 	if ki.refs == 0 {
-		g.scheduleDrop(ki)
+		ij.scheduleDropLocked(ki)
 	}
 }
 
-// scheduleDrop arranges for an idle intent to leave the journal after the
-// linger. LOCKS_REQUIRED(g.mu)
-func (g *Guard) scheduleDrop(ki *keyIntent) {
+// scheduleDropLocked arranges for an idle intent to leave the journal
+// after the linger. LOCKS_REQUIRED(ij.mu)
+func (ij *intentJournal) scheduleDropLocked(ki *keyIntent) {
 	ki.gen++
 	gen := ki.gen
-	delay := g.cfg.IntentLinger
+	delay := ij.linger
 	if d := time.Until(ki.keepUntil); d > delay {
 		delay = d
 	}
 	if delay <= 0 {
-		g.dropIdleLocked(ki, gen)
+		ij.dropIdleLocked(ki, gen)
 		return
 	}
 	time.AfterFunc(delay, func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.dropIdleLocked(ki, gen)
+		ij.mu.Lock()
+		defer ij.mu.Unlock()
+		ij.dropIdleLocked(ki, gen)
 	})
 }
 
 // dropIdleLocked removes an idle intent from the journal's live entries
 // (they leave the object with its next write, or a trim).
-// LOCKS_REQUIRED(g.mu)
-func (g *Guard) dropIdleLocked(ki *keyIntent, gen int) {
-	if g.closed || ki.refs > 0 || ki.gen != gen || ki.orphan || g.intents[ki.key] != ki {
+// LOCKS_REQUIRED(ij.mu)
+func (ij *intentJournal) dropIdleLocked(ki *keyIntent, gen int) {
+	if ij.closed || ki.refs > 0 || ki.gen != gen || ki.orphan || ij.live[ki.key] != ki {
 		return
 	}
-	delete(g.intents, ki.key)
+	delete(ij.live, ki.key)
 	if ki.writtenOnce {
-		g.scheduleJournalTrimLocked()
+		ij.scheduleTrimLocked()
 	}
 }
 
@@ -194,21 +284,24 @@ func (g *Guard) dropIdleLocked(ki *keyIntent, gen int) {
 // write instead of one each.
 const deleteBatchDelay = 50 * time.Millisecond
 
-// dropAllIntents forgets every live intent and the journal (after a
-// rebind their entries are under the previous epoch): a journal that names
-// nothing in flight and no orphan is deleted; otherwise it stays for the
-// sweep. LOCKS_REQUIRED(g.mu)
-func (g *Guard) dropAllIntentsLocked() {
+// dropAll forgets every live intent and the journal (after a rebind their
+// entries are under the previous epoch): a journal that names nothing in
+// flight and no orphan is deleted; otherwise it stays for the sweep.
+// LOCKS_REQUIRED(Guard.mu): Bind calls it where it changes the binding.
+// LOCKS_EXCLUDED(ij.mu)
+func (ij *intentJournal) dropAll() {
+	ij.mu.Lock()
+	defer ij.mu.Unlock()
 	busy := false
-	for k, ki := range g.intents {
-		delete(g.intents, k)
+	for k, ki := range ij.live {
+		delete(ij.live, k)
 		if ki.refs > 0 || ki.orphan {
 			ki.orphan = true
 			busy = true
 		}
 	}
-	jr := g.jr
-	g.jr = nil
+	jr := ij.jr
+	ij.jr = nil
 	if jr == nil {
 		return
 	}
@@ -219,25 +312,107 @@ func (g *Guard) dropAllIntentsLocked() {
 		return
 	}
 	name := jr.name
-	g.wg.Add(1)
+	ij.wg.Add(1)
 	go func() {
-		defer g.wg.Done()
-		ctx, cancel := g.opCtx()
+		defer ij.wg.Done()
+		ctx, cancel := ij.opCtx()
 		defer cancel()
-		_ = g.store.Delete(ctx, name, objstore.Condition{})
+		_ = ij.store.Delete(ctx, name, objstore.Condition{})
 	}()
 }
 
-// liveIntentNames returns the name of this Guard's journal, which a sweep
-// by this same Guard must not treat as an older writer's.
-func (g *Guard) liveIntentNames() map[string]bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// liveNames returns the name of this Guard's journal, which a sweep by
+// this same Guard must not treat as an older writer's.
+func (ij *intentJournal) liveNames() map[string]bool {
+	ij.mu.Lock()
+	defer ij.mu.Unlock()
 	out := map[string]bool{}
-	if g.jr != nil && g.jr.dead == nil {
-		out[g.jr.name] = true
+	if ij.jr != nil && ij.jr.dead == nil {
+		out[ij.jr.name] = true
 	}
 	return out
+}
+
+// markClosed stops drops and trims: Close calls it where it closes the
+// Guard, before it waits for the background work, and ends with
+// closeJournal. LOCKS_REQUIRED(Guard.mu) LOCKS_EXCLUDED(ij.mu)
+func (ij *intentJournal) markClosed() {
+	ij.mu.Lock()
+	ij.closed = true
+	ij.mu.Unlock()
+}
+
+// closeJournal forgets every intent and deletes the journal, unless it
+// names a commit whose outcome is unknown (or one still in flight).
+func (ij *intentJournal) closeJournal(ctx context.Context) error {
+	ij.mu.Lock()
+	keep := false
+	for k, ki := range ij.live {
+		if ki.refs > 0 || ki.orphan {
+			keep = true
+		}
+		delete(ij.live, k)
+	}
+	jr := ij.jr
+	ij.jr = nil
+	if jr != nil {
+		keep = keep || len(jr.orphans) > 0
+		if jr.dead == nil {
+			jr.dead = unverifiedErr("the fencing guard is closed")
+		}
+	}
+	ij.mu.Unlock()
+	if jr == nil || keep {
+		return nil
+	}
+	if err := ij.store.Delete(ctx, jr.name, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// prepare writes the intent for (key, base) of binding ts in the
+// background (PrepareBase) and keeps it for prepareLinger.
+func (ij *intentJournal) prepare(ts tokenState, key, base string) {
+	ij.wg.Add(1)
+	go func() {
+		defer ij.wg.Done()
+		ctx, cancel := ij.opCtx()
+		defer cancel()
+		ki, err := ij.ensure(ctx, ts, key, base)
+		if err != nil {
+			ij.log.Debug("writing an intent early failed; the commit writes it", "key", key, "err", err)
+			return
+		}
+		ij.mu.Lock()
+		defer ij.mu.Unlock()
+		if k := ij.now().Add(prepareLinger); k.After(ki.keepUntil) {
+			ki.keepUntil = k
+		}
+		// The journal write was the validation too (journal.go): a newer
+		// binder seals the journal and sweeps the key, however late the
+		// commit comes.
+		ij.settleLocked(ki, true)
+	}()
+}
+
+// refAll takes a reference on the intent of every one of intents under
+// binding ts for Reserve; write reports that some base is not in the
+// journal yet (the caller then calls syncJournal). LOCKS_REQUIRED(Guard.mu)
+// (the binding ts was checked in the same critical section: no rebind falls
+// between) LOCKS_EXCLUDED(ij.mu)
+func (ij *intentJournal) refAll(ts tokenState, intents []Intent) (kis []*keyIntent, write bool) {
+	ij.mu.Lock()
+	defer ij.mu.Unlock()
+	for _, in := range intents {
+		ki := ij.refLocked(ts, in.Key)
+		if !ki.written[in.Base.ETag] {
+			ij.wantBaseLocked(ki, in.Base.ETag)
+			write = true
+		}
+		kis = append(kis, ki)
+	}
+	return kis, write
 }
 
 // PrepareBase is a hint that a handle on key became dirty and will commit
@@ -252,29 +427,9 @@ func (g *Guard) PrepareBase(key string, base Version) {
 	ok := g.cfg.Mode == ModeStrict && g.state == StateActive && !g.binding && !g.closed && g.checkKey(key) == nil
 	ts := tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}
 	g.mu.Unlock()
-	if !ok {
-		return
+	if ok {
+		g.intents.prepare(ts, key, base.ETag)
 	}
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		ctx, cancel := g.opCtx()
-		defer cancel()
-		ki, err := g.ensureIntent(ctx, ts, key, base.ETag)
-		if err != nil {
-			g.log.Debug("writing an intent early failed; the commit writes it", "key", key, "err", err)
-			return
-		}
-		g.mu.Lock()
-		if k := g.cfg.Now().Add(prepareLinger); k.After(ki.keepUntil) {
-			ki.keepUntil = k
-		}
-		g.mu.Unlock()
-		// The journal write was the validation too (journal.go): a newer
-		// binder seals the journal and sweeps the key, however late the
-		// commit comes.
-		g.settle(ki, true)
-	}()
 }
 
 // Intent names a coming mutation for Reserve: its key and the version it
@@ -296,30 +451,25 @@ type Intent struct {
 // mutations returned; it never blocks. Safe for concurrent use.
 func (g *Guard) Reserve(ctx context.Context, intents ...Intent) (release func()) {
 	g.mu.Lock()
-	ok := g.cfg.Mode == ModeStrict && g.state == StateActive && !g.binding && !g.closed
 	ts := tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}
-	var kis []*keyIntent
-	write := false
-	for _, in := range intents {
-		if !ok || g.checkKey(in.Key) != nil {
-			continue
+	var admitted []Intent
+	if g.cfg.Mode == ModeStrict && g.state == StateActive && !g.binding && !g.closed {
+		for _, in := range intents {
+			if g.checkKey(in.Key) == nil {
+				admitted = append(admitted, in)
+			}
 		}
-		ki := g.refIntentLocked(ts, in.Key)
-		if !ki.written[in.Base.ETag] {
-			g.wantBaseLocked(ki, in.Base.ETag)
-			write = true
-		}
-		kis = append(kis, ki)
 	}
+	kis, write := g.intents.refAll(ts, admitted) // under g.mu, see refAll
 	g.mu.Unlock()
 	if write {
-		if err := g.syncJournal(ctx); err != nil {
+		if err := g.intents.syncJournal(ctx); err != nil {
 			g.log.Debug("reserving intents failed; each mutation writes its own", "keys", len(kis), "err", err)
 		}
 	}
 	return func() {
 		for _, ki := range kis {
-			g.settle(ki, true) // a reservation commits nothing itself
+			g.intents.settle(ki, true) // a reservation commits nothing itself
 		}
 	}
 }

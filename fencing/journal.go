@@ -25,9 +25,10 @@ import (
 // Writes are group commits: callers join the next write that has not
 // started, so any number of concurrent commits share one request.
 
-// journal is the intent journal of one binding: the object's storage
+// journal is the journal object of one binding: the object's storage
 // protocol (journalio.go) needs only the bucket (objects). All fields are
-// GUARDED_BY(g.mu) except the constants objects, name, epoch and claim.
+// GUARDED_BY(intentJournal.mu) except the constants objects, name, epoch
+// and claim.
 type journal struct {
 	objects
 	name  string
@@ -49,17 +50,17 @@ type journal struct {
 }
 
 // createJournal creates the journal of binding ts (strict mode), empty,
-// with If-None-Match:*. LOCKS_EXCLUDED(g.mu)
-func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
-	g.mu.Lock()
-	if jr := g.jr; jr != nil && jr.epoch == ts.token && jr.claim == ts.claim && jr.dead == nil {
-		g.mu.Unlock()
+// with If-None-Match:*. LOCKS_EXCLUDED(ij.mu)
+func (ij *intentJournal) createJournal(ctx context.Context, ts tokenState) error {
+	ij.mu.Lock()
+	if jr := ij.jr; jr != nil && jr.epoch == ts.token && jr.claim == ts.claim && jr.dead == nil {
+		ij.mu.Unlock()
 		return nil // a re-run of this binding's sweep keeps its journal
 	}
-	g.mu.Unlock()
+	ij.mu.Unlock()
 	jr := &journal{
-		objects: g.objects,
-		name:    g.lay.intent(ts.token, ts.claim[:min(8, len(ts.claim))]+"-"+randomID(8)),
+		objects: ij.objects,
+		name:    ij.lay.intent(ts.token, ts.claim[:min(8, len(ts.claim))]+"-"+randomID(8)),
 		epoch:   ts.token,
 		claim:   ts.claim,
 		orphans: map[string]map[string]bool{},
@@ -69,15 +70,15 @@ func (g *Guard) createJournal(ctx context.Context, ts tokenState) error {
 		return err
 	}
 	jr.etag = etag
-	g.mu.Lock()
-	g.jr = jr
-	g.mu.Unlock()
+	ij.mu.Lock()
+	ij.jr = jr
+	ij.mu.Unlock()
 	return nil
 }
 
 // doc is the content of jr's write number seq: every live intent's key
 // and bases (live maps key → bases; nil means none) plus the orphans.
-// LOCKS_REQUIRED(g.mu) (jr.orphans) unless jr is not shared yet.
+// LOCKS_REQUIRED(intentJournal.mu) (jr.orphans) unless jr is not shared yet.
 func (jr *journal) doc(seq uint64, live map[string]map[string]bool) intentDoc {
 	keys := map[string]map[string]bool{}
 	for k, bs := range jr.orphans {
@@ -101,85 +102,61 @@ func (jr *journal) doc(seq uint64, live map[string]map[string]bool) intentDoc {
 // has succeeded. Errors: ErrFenced (sealed or removed by a newer binder;
 // the Guard latches), ErrUnverified (the journal could not be written or
 // read).
-func (g *Guard) syncJournal(ctx context.Context) error {
+func (ij *intentJournal) syncJournal(ctx context.Context) error {
 	// A write in progress that has not taken its content yet includes the
 	// caller's change too.
-	err, werr := g.jWrites.join(&g.wg, true, g.writeJournal).wait(ctx)
+	err, werr := ij.writes.join(ij.wg, true, ij.writeJournal).wait(ctx)
 	if werr != nil {
 		return werr
 	}
 	return err
 }
 
+// journalWrite is the content of one journal write, fixed by
+// intentJournal.fix.
+type journalWrite struct {
+	jr   *journal
+	seq  uint64
+	doc  intentDoc
+	prev string                         // the ETag the write is conditioned on
+	snap map[*keyIntent]map[string]bool // the bases of each live intent it names
+}
+
 // writeJournal writes the journal's current content (run r).
-func (g *Guard) writeJournal(r *batchRun[error]) error {
-	ctx, cancel := g.opCtx()
+func (ij *intentJournal) writeJournal(r *batchRun[error]) error {
+	ctx, cancel := ij.opCtx()
 	defer cancel()
-	g.mu.Lock()
-	// Under g.mu: a caller that changed an intent before this point is in
-	// the content below; one after it sees fixed and waits for the next run.
-	r.fixed.Store(true)
-	jr := g.jr
-	if jr == nil {
-		g.mu.Unlock()
-		return unverifiedErr("no intent journal: the token is not bound in strict mode")
-	}
-	if jr.dead != nil {
-		g.mu.Unlock()
-		return jr.dead
-	}
-	if g.state == StateFenced && g.token == jr.epoch {
-		// Stop writing: a binder may be trying to seal this journal.
-		err := fencedErr("intent", jr.name, g.reason)
-		g.mu.Unlock()
+	w, check, err := ij.fix(r)
+	if err != nil {
 		return err
 	}
-	live := map[string]map[string]bool{}
-	snap := map[*keyIntent]map[string]bool{}
-	for k, ki := range g.intents {
-		if ki.epoch != jr.epoch || ki.claim != jr.claim {
-			continue
-		}
-		live[k] = maps.Clone(ki.bases)
-		snap[ki] = live[k]
-		ki.round, ki.roundBases = r, live[k] // cover may wait for r
-	}
-	jr.next = max(jr.next, jr.seq) + 1
-	seq := jr.next
-	doc := jr.doc(seq, live)
-	prev := jr.etag
-	check := g.cfg.Now().Sub(g.regChecked) >= regCheckEvery
 	if check {
-		g.regChecked = g.cfg.Now()
-	}
-	ts := tokenState{mode: g.cfg.Mode, token: jr.epoch, claim: jr.claim}
-	g.mu.Unlock()
-	if check {
-		g.wg.Add(1)
+		ts := tokenState{mode: ModeStrict, token: w.jr.epoch, claim: w.jr.claim}
+		ij.wg.Add(1)
 		go func() {
-			defer g.wg.Done()
-			ctx, cancel := g.opCtx()
+			defer ij.wg.Done()
+			ctx, cancel := ij.opCtx()
 			defer cancel()
-			_ = g.validate(ctx, ts, "", jr.name) // latches fenced on a newer epoch
+			_ = ij.guard.validate(ctx, ts, w.jr.name) // latches fenced on a newer epoch
 		}()
 	}
 
-	etag, err := jr.cas(ctx, prev, doc, g.noteRegister)
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	etag, err := w.jr.cas(ctx, w.prev, w.doc, ij.guard.seen)
+	if errors.Is(err, ErrFenced) {
+		ij.guard.latch(w.jr.epoch, w.jr.claim, fencedReason(err))
+	}
+	ij.mu.Lock()
+	defer ij.mu.Unlock()
 	if err != nil {
-		if errors.Is(err, ErrFenced) {
-			g.latchFencedLocked(jr.epoch, jr.claim, fencedReason(err))
-			if jr.dead == nil {
-				jr.dead = err
-			}
+		if errors.Is(err, ErrFenced) && w.jr.dead == nil {
+			w.jr.dead = err
 		}
 		return err
 	}
-	if jr.seq < seq {
-		jr.etag, jr.seq = etag, seq
+	if w.jr.seq < w.seq {
+		w.jr.etag, w.jr.seq = etag, w.seq
 	}
-	for ki, bases := range snap {
+	for ki, bases := range w.snap {
 		ki.written = bases
 		ki.writtenOnce = true
 		if ki.validated == nil {
@@ -188,6 +165,55 @@ func (g *Guard) writeJournal(r *batchRun[error]) error {
 		maps.Copy(ki.validated, bases)
 	}
 	return nil
+}
+
+// fix fixes the content of run r: every live intent of the journal's
+// binding and its orphans. check reports that the write should also start
+// a background register read (regCheckEvery).
+func (ij *intentJournal) fix(r *batchRun[error]) (w journalWrite, check bool, _ error) {
+	// Stop writing once the Guard is latched fenced in the journal's
+	// epoch: a binder may be trying to seal this journal. Asked before mu
+	// is taken (the Guard's mu comes first), of the journal current then.
+	ij.mu.Lock()
+	asked := ij.jr
+	ij.mu.Unlock()
+	var fenced error
+	if asked != nil {
+		if reason, ok := ij.guard.fenced(asked.epoch); ok {
+			fenced = fencedErr("intent", asked.name, reason)
+		}
+	}
+	ij.mu.Lock()
+	defer ij.mu.Unlock()
+	// Under mu: a caller that changed an intent before this point is in
+	// the content below; one after it sees fixed and waits for the next run.
+	r.fixed.Store(true)
+	jr := ij.jr
+	switch {
+	case jr == nil:
+		return w, false, unverifiedErr("no intent journal: the token is not bound in strict mode")
+	case jr.dead != nil:
+		return w, false, jr.dead
+	case fenced != nil && jr == asked:
+		return w, false, fenced
+	}
+	live := map[string]map[string]bool{}
+	w = journalWrite{jr: jr, prev: jr.etag, snap: map[*keyIntent]map[string]bool{}}
+	for k, ki := range ij.live {
+		if ki.epoch != jr.epoch || ki.claim != jr.claim {
+			continue
+		}
+		live[k] = maps.Clone(ki.bases)
+		w.snap[ki] = live[k]
+		ki.round, ki.roundBases = r, live[k] // cover may wait for r
+	}
+	jr.next = max(jr.next, jr.seq) + 1
+	w.seq = jr.next
+	w.doc = jr.doc(w.seq, live)
+	if check = ij.now().Sub(ij.regChecked) >= regCheckEvery; check {
+		ij.regChecked = ij.now()
+	}
+	return w, check, nil
 }
 
 // attempt.
@@ -199,32 +225,32 @@ var errSealContended = errors.New("its writer keeps writing")
 // gets through. Safety does not depend on it (the seal does).
 const regCheckEvery = 50 * time.Millisecond
 
-// scheduleJournalTrimLocked arranges for one journal write after the
-// deletion batch delay, dropping the entries of intents that settled.
-// LOCKS_REQUIRED(g.mu)
-func (g *Guard) scheduleJournalTrimLocked() {
-	if g.jTrim || g.closed {
+// scheduleTrimLocked arranges for one journal write after the deletion
+// batch delay, dropping the entries of intents that settled.
+// LOCKS_REQUIRED(ij.mu)
+func (ij *intentJournal) scheduleTrimLocked() {
+	if ij.trim || ij.closed {
 		return
 	}
-	g.jTrim = true
-	g.wg.Add(1)
+	ij.trim = true
+	ij.wg.Add(1)
 	go func() {
-		defer g.wg.Done()
+		defer ij.wg.Done()
 		select {
 		case <-time.After(deleteBatchDelay):
-		case <-g.bg.Done():
+		case <-ij.bg.Done():
 		}
-		g.mu.Lock()
-		g.jTrim = false
-		closed := g.closed
-		g.mu.Unlock()
+		ij.mu.Lock()
+		ij.trim = false
+		closed := ij.closed
+		ij.mu.Unlock()
 		if closed {
 			return
 		}
-		ctx, cancel := g.opCtx()
+		ctx, cancel := ij.opCtx()
 		defer cancel()
-		if err := g.syncJournal(ctx); err != nil {
-			g.log.Debug("trimming the intent journal failed; the next write or sweep handles it", "err", err)
+		if err := ij.syncJournal(ctx); err != nil {
+			ij.log.Debug("trimming the intent journal failed; the next write or sweep handles it", "err", err)
 		}
 	}()
 }

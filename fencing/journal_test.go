@@ -121,12 +121,12 @@ func TestBinderSealsBeforeItRaises(t *testing.T) {
 // intentNameOf returns g's journal object name.
 func intentNameOf(t *testing.T, g *Guard) string {
 	t.Helper()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.jr == nil {
+	g.intents.mu.Lock()
+	defer g.intents.mu.Unlock()
+	if g.intents.jr == nil {
 		t.Fatal("no journal")
 	}
-	return g.jr.name
+	return g.intents.jr.name
 }
 
 // TestConcurrentCommitsShareJournalWrites checks the group commit: commits

@@ -167,10 +167,7 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 	definitive := true
 	defer func() {
 		if ki != nil {
-			g.mu.Lock()
-			ki.keepUntil = time.Time{} // committed: only the short linger applies
-			g.mu.Unlock()
-			g.settle(ki, definitive)
+			g.intents.settleCommit(ki, definitive)
 		}
 	}()
 	rebases := 0
@@ -280,9 +277,9 @@ func (g *Guard) commitOutcome(ctx context.Context, m *mutation, info objstore.Ob
 func (g *Guard) writeIntent(ctx context.Context, m *mutation, ki *keyIntent) (*keyIntent, error) {
 	var err error
 	if ki == nil {
-		ki, err = g.ensureIntent(ctx, m.ts, m.key, m.base.ETag)
+		ki, err = g.intents.ensure(ctx, m.ts, m.key, m.base.ETag)
 	} else {
-		err = g.cover(ctx, ki, m.base.ETag)
+		err = g.intents.cover(ctx, ki, m.base.ETag)
 	}
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
@@ -334,8 +331,14 @@ func (g *Guard) resolveTransient(ctx context.Context, m *mutation, err error) (i
 // write, a validation round, an intent's removal): bounded by OpTimeout,
 // and one retry budget for its requests (objstore.WithRetryDeadline).
 func (g *Guard) opCtx() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(g.bg, g.cfg.OpTimeout)
-	return objstore.WithRetryDeadline(ctx, time.Now().Add(g.cfg.OpTimeout)), cancel
+	return opContext(g.bg, g.cfg.OpTimeout)
+}
+
+// opContext is the context of one background operation under parent:
+// bounded by timeout, and one retry budget for its requests.
+func opContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	return objstore.WithRetryDeadline(ctx, time.Now().Add(timeout)), cancel
 }
 
 // resolveFailed decides what a refused (or pre-empted) commit means from

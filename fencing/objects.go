@@ -18,11 +18,11 @@ import (
 
 // objects is the protocol's access to the bucket: the store, the key
 // layout of the fence domain, the clock and this instance's holder id. It
-// is all that the intent journal's storage protocol (journalio.go) and the
-// takeover sweep (sweep.go, with three answers from the Guard) need; the
-// Guard embeds it and adds the in-memory state (bindings, intents,
-// validation rounds). Its methods keep no state and are safe for
-// concurrent use.
+// is all of the bucket that the intent journal (intents.go, journal.go,
+// journalio.go), the takeover sweep (sweep.go) and the tombstone reaper
+// (reaper.go) need, each with a few answers from the Guard; the Guard
+// embeds it and adds the binding state and validation rounds. Its methods
+// keep no state and are safe for concurrent use.
 type objects struct {
 	store    objstore.Store
 	lay      layout

@@ -73,7 +73,7 @@ func crashedCreates(t *testing.T, ctx context.Context, s objstore.Store, n int) 
 	var keys []string
 	for i := 0; i < n; i++ {
 		key := fmt.Sprintf("t/f%d", i)
-		if _, err := a.ensureIntent(ctx, ts, key, ""); err != nil {
+		if _, err := a.intents.ensure(ctx, ts, key, ""); err != nil {
 			t.Fatal(err)
 		}
 		keys = append(keys, key)

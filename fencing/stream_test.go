@@ -188,9 +188,9 @@ func TestPreparedCommitsAreValidatedEarlyAndStillFenced(t *testing.T) {
 	bind(t, ctx, g, 1)
 
 	validatedEarly := func(key string) bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		ki := g.intents[key]
+		g.intents.mu.Lock()
+		defer g.intents.mu.Unlock()
+		ki := g.intents.live[key]
 		return ki != nil && ki.validated[""]
 	}
 	g.PrepareBase("p/a", Version{})

@@ -46,7 +46,7 @@ type sweeper struct {
 // sweeper returns the sweeper of binding ts.
 func (g *Guard) sweeper(ts tokenState) *sweeper {
 	return &sweeper{
-		objects: g.objects, ts: ts, live: g.liveIntentNames(), validity: g.cfg.SignedRequestValidity,
+		objects: g.objects, ts: ts, live: g.intents.liveNames(), validity: g.cfg.SignedRequestValidity,
 		log: g.log, met: g.met, hook: g.cfg.Hooks.BeforeSweepKey,
 		validate:  func(ctx context.Context, key string) error { return g.validate(ctx, ts, "sweep", key) },
 		fenced:    func(reason string) { g.latchFenced(ts.token, ts.claim, reason) },

@@ -35,7 +35,7 @@ func sweepFixture(t *testing.T, ctx context.Context, s objstore.Store) ([]string
 		}
 		bases[key] = base
 		// The intent of a write that never settles (the leader died).
-		if _, err := a.ensureIntent(ctx, ts, key, base); err != nil {
+		if _, err := a.intents.ensure(ctx, ts, key, base); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -173,7 +173,7 @@ func TestSweepRewritesMultipartAndLargeObjects(t *testing.T) {
 		// plain base too: the rewrite must avoid both forms.
 		for key, b := range map[string][]string{"mp/one": {one.ETag, "0123456789abcdef0123456789abcdef"}, "mp/large": {large.ETag}} {
 			for _, base := range b {
-				if _, err := a.ensureIntent(ctx, ts, key, objstore.NormalizeETag(base)); err != nil {
+				if _, err := a.intents.ensure(ctx, ts, key, objstore.NormalizeETag(base)); err != nil {
 					t.Fatal(err)
 				}
 			}
