@@ -238,12 +238,14 @@ func (m *mountRun) start(ctx context.Context) error {
 		return explainStoreErr(cfg, err)
 	}
 	m.store = store
-	if cfg.S3.CredentialsSource == "" {
-		if s, ok := store.(interface{ CredentialsSource() string }); ok {
-			cfg.S3.CredentialsSource = s.CredentialsSource()
-		}
+	if s, ok := store.(interface{ CredentialsSource() string }); ok && cfg.S3.CredentialsSource == "" {
+		cfg.S3.CredentialsSource = s.CredentialsSource()
 	}
-	m.log.Info("connected to the bucket", "bucket", cfg.S3.Bucket, "endpoint", cfg.EndpointURL(), "credentials", credentialsFrom(cfg, nil))
+	creds := cfg.S3.CredentialsSource
+	if creds == "" {
+		creds = "none (anonymous access)"
+	}
+	m.log.Info("connected to the bucket", "bucket", cfg.S3.Bucket, "endpoint", cfg.EndpointURL(), "credentials", creds)
 	if err := checkBucket(ctx, cfg, store); err != nil {
 		return err
 	}

@@ -128,6 +128,27 @@ func TestCredentialsLookupOrderAndSource(t *testing.T) {
 	}
 }
 
+// TestFileCredentialsAreReadOnce: keys without an expiry are read at New
+// only, so a credentials file changed or removed while mounted changes
+// nothing (as when config read it at startup).
+func TestFileCredentialsAreReadOnce(t *testing.T) {
+	isolateCredentials(t)
+	file := writeFile(t, filepath.Join(t.TempDir(), "creds"), testCredentials)
+	creds, _, err := lookupCredentials(Config{CredentialsFile: file, Profile: "ci"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		v, err := creds.GetWithContext(nil)
+		if err != nil || v.AccessKeyID != "CIKEY" || v.SessionToken != "citoken" {
+			t.Fatalf("after the file was removed: %q (token %q), %v; want the keys read at New", v.AccessKeyID, v.SessionToken, err)
+		}
+	}
+}
+
 // TestUnusableNamedCredentialsAreOneLineErrors: a named file that cannot be
 // read, or a profile it does not hold, is a *CredentialsError naming the
 // setting, never anonymous access; so is a broken ~/.aws/credentials.

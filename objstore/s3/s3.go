@@ -485,6 +485,11 @@ func lookupCredentials(cfg Config) (*credentials.Credentials, string, error) {
 	case err == nil && v.AccessKeyID == "":
 		return anonymous, "", nil // a profile without keys
 	case err == nil:
+		if v.Expiration.IsZero() {
+			// Keys that do not expire are read once: minio-go's provider
+			// would read the file again for every request.
+			c = credentials.NewStaticV4(v.AccessKeyID, v.SecretAccessKey, v.SessionToken)
+		}
 		return c, fmt.Sprintf("%s [%s]", file, profile), nil
 	case errors.Is(err, fs.ErrNotExist) && cfg.CredentialsFile == "" && cfg.Profile == "":
 		return anonymous, "", nil // no ~/.aws/credentials
