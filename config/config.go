@@ -112,7 +112,10 @@ type Mount struct {
 	MetaTTL    time.Duration
 	// LeaderCacheTTL is the metadata trust while leading (fusefs.Options).
 	LeaderCacheTTL time.Duration
-	AllowOther     bool
+	// AttrWriteback is how long a chmod/chown/utimens may wait to be
+	// stored (fusefs.Options).
+	AttrWriteback time.Duration
+	AllowOther    bool
 	// DefaultPermissions has the kernel check permissions (always true
 	// with AllowOther: other users must not bypass the stored modes).
 	DefaultPermissions bool

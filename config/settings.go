@@ -131,6 +131,8 @@ var settings = []Setting{
 		Usage: "how long fencefs caches object metadata and listings"},
 	{Key: "mount.leader_cache_ttl", Option: "leader_cache_ttl", Flag: "leader-cache-ttl", Env: []string{"FENCEFS_MOUNT_LEADER_CACHE_TTL"}, Default: "15m", Group: GroupMount, kind: kindDuration, to: func(c *Config) any { return &c.Mount.LeaderCacheTTL },
 		Usage: "while the mount is the active leader, how long what it fetched stays trusted (metadata, listings, the kernel's entries and attributes): no other fencefs writer can change the bucket meanwhile; not above meta_ttl = no extra trust"},
+	{Key: "mount.attr_writeback", Option: "attr_writeback", Flag: "attr-writeback", Env: []string{"FENCEFS_MOUNT_ATTR_WRITEBACK"}, Default: "1s", Group: GroupMount, kind: kindDuration, to: func(c *Config) any { return &c.Mount.AttrWriteback },
+		Usage: "how long a chmod, chown or utimens of a file nobody is writing (or of a directory, symlink, special file) may wait before it is stored, so that the calls programs make in a row (tar, cp -a, rsync) share one commit; fsync, close and rename store it at once; 0 = store each before the call returns"},
 	{Key: "mount.allow_other", Option: "allow_other", Flag: "allow-other", Env: []string{"FENCEFS_MOUNT_ALLOW_OTHER"}, Default: "false", Group: GroupMount, kind: kindBool, to: func(c *Config) any { return &c.Mount.AllowOther },
 		Usage: "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root); turns on default_permissions"},
 	{Key: "mount.default_permissions", Option: "default_permissions", Flag: "default-permissions", Env: []string{"FENCEFS_MOUNT_DEFAULT_PERMISSIONS"}, Default: "false", Group: GroupMount, kind: kindBool, to: func(c *Config) any { return &c.Mount.DefaultPermissions },

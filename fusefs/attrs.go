@@ -106,7 +106,7 @@ func (b *nodeBase) setattrNow(ctx context.Context, in *fuse.SetAttrIn, what stri
 		return fmt.Errorf("%w: truncate of %s", errInvalid, what)
 	}
 	if mutate, ok := setattrMutation(ctx, in); ok {
-		return b.updateMetaNow(ctx, mutate)
+		return b.deferAttr(ctx, mutate)
 	}
 	return nil
 }

@@ -28,6 +28,18 @@ func (n *fileNode) commit(ctx context.Context) error {
 	return n.commitLocked(ctx)
 }
 
+// sync stores everything of the node the bucket does not have yet: the
+// content changes (commit), then a pending attribute change (attrwb.go).
+// Its error is what close(2) and fsync(2) report.
+func (n *fileNode) sync(ctx context.Context) error {
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	if err := n.commitLocked(ctx); err != nil {
+		return err
+	}
+	return n.storePendingAttrLocked(ctx)
+}
+
 // LOCKS_REQUIRED(n.opMu)
 func (n *fileNode) commitLocked(ctx context.Context) error {
 	n.cmu.RLock()
@@ -61,6 +73,7 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 	n.fetched = time.Now()
 	n.pending = false
 	n.replacing = false
+	n.attrPending = false // the commit stored n.attr
 	n.keepETag = info.ETag
 	if n.gen == c.gen {
 		n.setCleanLocked()
@@ -182,6 +195,19 @@ func contentMeta(m map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// updateAttr applies a chmod/chown/utimens: with the uncommitted content
+// changes when there are some (updateMeta), else as a pending attribute
+// change (attrwb.go).
+func (n *fileNode) updateAttr(ctx context.Context, mutate func(*posixAttr) error) error {
+	n.mu.Lock()
+	local := n.dirty || n.pending || n.unlinked
+	n.mu.Unlock()
+	if local {
+		return n.updateMeta(ctx, mutate)
+	}
+	return n.deferAttr(ctx, mutate)
 }
 
 // updateMeta applies a metadata change: locally when content changes are

@@ -579,13 +579,7 @@ func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttr
 	if mutate, ok := setattrMutation(ctx, in); ok {
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()
-		d.opMu.Lock()
-		fold, folded := d.foldEntryChange(mutate)
-		err := d.updateMetaRemote(ctx, fold)
-		if err == nil {
-			d.forgetEntryChange(*folded)
-		}
-		d.opMu.Unlock()
+		err := d.setattrDir(ctx, mutate)
 		if err != nil {
 			return d.fsys.errno("setattr", key, err)
 		}

@@ -570,5 +570,5 @@ func (n *fileNode) setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 	if !ok {
 		return nil
 	}
-	return n.updateMeta(ctx, mutate)
+	return n.updateAttr(ctx, mutate)
 }

@@ -61,6 +61,10 @@ type filesystem struct {
 	// mntID is the kernel's id of the mount (flush.go); 0 if unknown.
 	mntID atomic.Int64
 
+	// attrwb stores deferred attribute changes; nil when
+	// Options.AttrWriteback is 0 (each is stored at once).
+	attrwb *attrWriteback
+
 	nodesMu sync.Mutex
 	staged  map[*fileNode]struct{} // GUARDED_BY(nodesMu): nodes holding a staging file
 }
@@ -85,6 +89,9 @@ func newFilesystem(opts Options, stageDir string) *filesystem {
 		staged: map[*fileNode]struct{}{},
 
 		uploadSlots: make(chan struct{}, opts.UploadConcurrency),
+	}
+	if opts.AttrWriteback > 0 {
+		fsys.attrwb = newAttrWriteback(fsys, opts.AttrWriteback)
 	}
 	fsys.metrics = newMetrics(fsys)
 	return fsys

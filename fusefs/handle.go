@@ -165,7 +165,7 @@ func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	}
 	ctx, cancel := h.node.fsys.mutctx(ctx)
 	defer cancel()
-	if err := h.node.commit(ctx); err != nil {
+	if err := h.node.sync(ctx); err != nil {
 		k, _ := h.node.key()
 		return h.node.fsys.errno("flush", k, err)
 	}
@@ -174,12 +174,12 @@ func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
 
 var _ = (fs.FileFsyncer)((*fileHandle)(nil))
 
-// Fsync commits pending changes: success means the data is stored under an
-// epoch that was still valid at the commit.
+// Fsync commits pending changes (content and attributes): success means
+// they are stored under an epoch that was still valid at the commit.
 func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	ctx, cancel := h.node.fsys.mutctx(ctx)
 	defer cancel()
-	if err := h.node.commit(ctx); err != nil {
+	if err := h.node.sync(ctx); err != nil {
 		k, _ := h.node.key()
 		return h.node.fsys.errno("fsync", k, err)
 	}

@@ -26,7 +26,10 @@ type metrics struct {
 	readRebases  prometheus.Counter
 	activations  prometheus.Counter
 	prefetchHits prometheus.Counter
-	collectors   []prometheus.Collector
+	// attrWritebackFailures counts acknowledged attribute changes that
+	// could not be stored (attrwb.go).
+	attrWritebackFailures prometheus.Counter
+	collectors            []prometheus.Collector
 }
 
 func newMetrics(fsys *filesystem) *metrics {
@@ -56,8 +59,22 @@ func newMetrics(fsys *filesystem) *metrics {
 		Namespace: "fencefs", Subsystem: "fuse", Name: "prefetch_hits_total",
 		Help: "Lookups answered by a HEAD a directory listing started ahead of them.",
 	})
+	m.attrWritebackFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fencefs", Subsystem: "fuse", Name: "attr_writeback_failures_total",
+		Help: "Acknowledged chmod/chown/utimens that could not be stored a moment later (fenced, or the storage failed) and were dropped.",
+	})
 	m.collectors = []prometheus.Collector{
 		m.errs,
+		m.attrWritebackFailures,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "fencefs", Subsystem: "fuse", Name: "attr_writeback_pending",
+			Help: "Nodes with an acknowledged chmod/chown/utimens not stored yet (stored within mount.attr_writeback).",
+		}, func() float64 {
+			if fsys.attrwb == nil {
+				return 0
+			}
+			return float64(fsys.attrwb.pending())
+		}),
 		m.prefetchHits,
 		m.readRebases,
 		m.activations,

@@ -93,6 +93,9 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	fsys.mntID.Store(int64(mountID(mountpoint)))
 	fsys.noteStatus(fsys.status())
 	go fsys.watchStatus(time.Second)
+	if fsys.attrwb != nil {
+		go fsys.attrwb.run(fsys.ctx)
+	}
 	m := &FS{fsys: fsys, server: server, mountpoint: mountpoint}
 	// Once the kernel mount exists it may already be in use: it is
 	// returned even if ctx ended meanwhile, and the caller stops it the
@@ -124,6 +127,15 @@ func rootInfo(fsys *filesystem) (info objstore.ObjectInfo) {
 // directory.
 func (m *FS) Wait() {
 	m.server.Wait()
+	if m.fsys.attrwb != nil {
+		// Unmounted by someone else (fusermount -u): the bucket can
+		// still take the attribute changes the kernel acknowledged.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := m.fsys.attrwb.flushAll(ctx); err != nil {
+			m.fsys.log.Error("unmounted: attribute changes are lost", "err", err)
+		}
+		cancel()
+	}
 	m.cleanup()
 }
 
@@ -183,6 +195,12 @@ func (fsys *filesystem) flushAll(ctx context.Context) error {
 		if err := n.commit(ctx); err != nil {
 			errs = append(errs, err)
 			fsys.log.Error("unmount: uncommitted changes are lost", "err", err)
+		}
+	}
+	if fsys.attrwb != nil {
+		if err := fsys.attrwb.flushAll(ctx); err != nil {
+			errs = append(errs, err)
+			fsys.log.Error("unmount: attribute changes are lost", "err", err)
 		}
 	}
 	return errors.Join(errs...)

@@ -42,6 +42,9 @@ type nodeBase struct {
 	info    objstore.ObjectInfo // GUARDED_BY(mu)
 	attr    posixAttr           // GUARDED_BY(mu)
 	fetched time.Time           // GUARDED_BY(mu): when info was last read from the store
+	// attrPending: attr holds a chmod/chown/utimens not stored yet
+	// (attrwb.go); info is still the stored version. GUARDED_BY(mu)
+	attrPending bool
 }
 
 func (b *nodeBase) init(fsys *filesystem, ino *fs.Inode, kind uint32, info objstore.ObjectInfo) {
@@ -61,12 +64,19 @@ func (b *nodeBase) setInfo(info objstore.ObjectInfo) {
 
 // LOCKS_REQUIRED(b.mu)
 func (b *nodeBase) setInfoLocked(info objstore.ObjectInfo) {
-	b.info = info
-	lm := info.LastModified
-	if lm.IsZero() {
-		lm = b.fsys.mountTime
+	if b.attrPending {
+		if info.ETag == b.info.ETag {
+			// The same version read again: the pending change stands.
+			b.info, b.fetched = info, time.Now()
+			return
+		}
+		// Another client changed the object: its version wins, and
+		// storing the change (conditioned on the old one) would fail.
+		b.attrPending = false
+		b.fsys.log.Warn("an acknowledged chmod/chown/utimens is dropped: the object changed in the bucket first", "key", info.Key)
 	}
-	b.attr = decodeAttr(b.kind, info.Meta, lm, b.fsys.def)
+	b.info = info
+	b.attr = b.storedAttrLocked()
 	b.fetched = time.Now()
 }
 
@@ -108,28 +118,60 @@ func (b *nodeBase) snapshot() (objstore.ObjectInfo, posixAttr) {
 	return b.info, b.attr.clone()
 }
 
+// metaKey is the key a metadata change of the node is stored under, or why
+// none can be: the mount cannot write, the node left the tree, or it is
+// the bucket root.
+func (b *nodeBase) metaKey() (string, error) {
+	if err := b.fsys.checkWritable("setattr"); err != nil {
+		return "", err
+	}
+	key, err := b.keyOrErr()
+	if err != nil {
+		return "", err
+	}
+	if key == "" {
+		return "", fmt.Errorf("%w: the bucket root has no object to hold metadata", errNotSupported)
+	}
+	return key, nil
+}
+
+// mutated applies mutate to a (the attributes of version info), moves the
+// ctime, and returns them with the metadata that stores them (E2BIG
+// when too large).
+func mutated(info objstore.ObjectInfo, a posixAttr, mutate func(*posixAttr) error) (posixAttr, map[string]string, error) {
+	if err := mutate(&a); err != nil {
+		return a, nil, err
+	}
+	a.Ctime = time.Now()
+	meta := encodeAttr(a, info.Meta)
+	if err := checkMetaSize(meta); err != nil {
+		return a, nil, err
+	}
+	return a, meta, nil
+}
+
+// storedAttrLocked is the attributes the stored version says.
+// LOCKS_REQUIRED(b.mu)
+func (b *nodeBase) storedAttrLocked() posixAttr {
+	lm := b.info.LastModified
+	if lm.IsZero() {
+		lm = b.fsys.mountTime
+	}
+	return decodeAttr(b.kind, b.info.Meta, lm, b.fsys.def)
+}
+
 // updateMetaRemote applies mutate to the node's attributes and stores them:
 // a self-copy of the object conditioned on its ETag (the content is
 // unchanged), or, for a directory without a marker, the creation of the
 // marker. LOCKS_REQUIRED(b.opMu)
 func (b *nodeBase) updateMetaRemote(ctx context.Context, mutate func(*posixAttr) error) error {
-	if err := b.fsys.checkWritable("setattr"); err != nil {
-		return err
-	}
-	key, err := b.keyOrErr()
+	key, err := b.metaKey()
 	if err != nil {
 		return err
 	}
-	if key == "" {
-		return fmt.Errorf("%w: the bucket root has no object to hold metadata", errNotSupported)
-	}
 	info, a := b.snapshot()
-	if err := mutate(&a); err != nil {
-		return err
-	}
-	a.Ctime = time.Now()
-	meta := encodeAttr(a, info.Meta)
-	if err := checkMetaSize(meta); err != nil {
+	a, meta, err := mutated(info, a, mutate)
+	if err != nil {
 		return err
 	}
 	var out objstore.ObjectInfo
@@ -147,7 +189,8 @@ func (b *nodeBase) updateMetaRemote(ctx context.Context, mutate func(*posixAttr)
 	out = mergeInfo(out, key, info.Size, meta)
 	b.mu.Lock()
 	b.info = out
-	b.attr = a
+	b.attr = a // a pending attribute change included
+	b.attrPending = false
 	b.fetched = time.Now()
 	b.mu.Unlock()
 	return nil
@@ -217,6 +260,12 @@ func (b *nodeBase) getxattr(name string, dest []byte) (uint32, error) {
 		val = []byte(e)
 	case strings.HasPrefix(name, xattrControlPrefix):
 		return 0, errNoAttr
+	case !strings.HasPrefix(name, xattrUserPrefix):
+		// What the kernel answers for a namespace a filesystem has no
+		// handler for. ls -l asks every file for security.selinux unless
+		// one answer says the device does not support it: ENODATA cost
+		// a FUSE round trip per file of every listing.
+		return 0, fmt.Errorf("%w: %s is outside the user namespace", errNotSupported, name)
 	default:
 		v, ok := a.Xattrs[name]
 		if !ok {

@@ -507,6 +507,17 @@ var activeCases = []opCase{
 		want:  syscall.ENOTSUP,
 	},
 	{
+		// ENOTSUP, not ENODATA: ls -l then stops asking the device for
+		// security.selinux instead of asking every file.
+		name:  "reading a security label is ENOTSUP, not ENODATA",
+		setup: func(c *opCtx) { c.write("f", "x") },
+		op: func(c *opCtx) error {
+			_, err := unix.Lgetxattr(c.path("f"), "security.selinux", make([]byte, 64))
+			return err
+		},
+		want: syscall.ENOTSUP,
+	},
+	{
 		name:  "user.fencefs attributes of files are reserved (EPERM)",
 		setup: func(c *opCtx) { c.write("f", "x") },
 		op:    func(c *opCtx) error { return unix.Setxattr(c.path("f"), "user.fencefs.stamp", []byte("9"), 0) },

@@ -73,6 +73,12 @@ type Options struct {
 	// MetaCacheTTL means no extra trust. Negative entries keep EntryTTL.
 	LeaderCacheTTL time.Duration
 
+	// AttrWriteback is how long a chmod, chown or utimens of a node with
+	// nothing else to commit may wait before it is stored, so that the
+	// calls programs make in a row share one commit (attrwb.go states the
+	// durability point). Zero stores each before the call returns.
+	AttrWriteback time.Duration
+
 	// ReadOnly refuses every mutation with EROFS (including token binding).
 	ReadOnly bool
 	// MaxDirRename is the largest number of objects a directory rename may

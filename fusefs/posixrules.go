@@ -227,6 +227,17 @@ func (d *dirNode) foldEntryChange(mutate func(*posixAttr) error) (func(*posixAtt
 	}, folded
 }
 
+// setattrDir applies a chmod/chown/utimens of the directory, the last
+// entry change folded into its mtime (deferAttr).
+func (d *dirNode) setattrDir(ctx context.Context, mutate func(*posixAttr) error) error {
+	fold, folded := d.foldEntryChange(mutate)
+	if err := d.deferAttr(ctx, fold); err != nil {
+		return err
+	}
+	d.forgetEntryChange(*folded)
+	return nil
+}
+
 // forgetEntryChange drops the in-memory entry change once it is stored,
 // unless a newer one happened meanwhile.
 func (d *dirNode) forgetEntryChange(folded time.Time) {

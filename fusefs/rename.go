@@ -156,6 +156,7 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 	sb.mu.Lock()
 	sb.info = out
 	sb.attr = a
+	sb.attrPending = false // the copy carries them
 	sb.fetched = time.Now()
 	sb.mu.Unlock()
 	if sf != nil {
@@ -248,6 +249,9 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 		return err
 	}
 	// The copies are of stored objects: commit what is pending below.
+	if err := sd.storePendingAttr(ctx); err != nil {
+		return err
+	}
 	if err := commitTree(ctx, sd.EmbeddedInode()); err != nil {
 		return err
 	}
@@ -423,6 +427,11 @@ func (fsys *filesystem) deleteTree(ctx context.Context, srcs []objstore.Entry, s
 // commitTree commits every dirty file below ino.
 func commitTree(ctx context.Context, ino *fs.Inode) error {
 	for _, ch := range ino.Children() {
+		if b := baseOf(ch); b != nil {
+			if err := b.storePendingAttr(ctx); err != nil {
+				return err
+			}
+		}
 		switch n := ch.Operations().(type) {
 		case *fileNode:
 			if err := n.commit(ctx); err != nil {

@@ -18,6 +18,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// fsyncPath opens path read-only and fsyncs it: what stores a pending
+// chmod/chown/utimens (mount.attr_writeback) at once.
+func fsyncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // writeClose opens path with flags, writes data and closes it, returning the
 // first error (close(2) reports a failed commit).
 func writeClose(path string, flags int, data []byte) error {

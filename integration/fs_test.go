@@ -281,7 +281,7 @@ var fsActiveCases = []fsCase{
 				t.Fatalf("readlink = %q, %v", l, err)
 			}
 		}},
-	{name: "chmod chown utimens are stored in s3fs keys",
+	{name: "chmod chown utimens are stored in s3fs keys by fsync",
 		setup: func(t *testing.T, e *fsEnv, d string) { e.put(t, d+"/f", "x", nil) },
 		op: func(t *testing.T, e *fsEnv, d string) error {
 			p := e.fs.Path(d, "f")
@@ -291,7 +291,10 @@ var fsActiveCases = []fsCase{
 			if err := syscall.Chown(p, 1234, 5678); err != nil {
 				return err
 			}
-			return os.Chtimes(p, time.Unix(1500000000, 0), time.Unix(1600000000, 0))
+			if err := os.Chtimes(p, time.Unix(1500000000, 0), time.Unix(1600000000, 0)); err != nil {
+				return err
+			}
+			return fsyncPath(p)
 		},
 		check: func(t *testing.T, e *fsEnv, d string) {
 			m := e.meta(t, d+"/f")

@@ -187,6 +187,9 @@ func TestOtherUsersFollowTheOwnershipRules(t *testing.T) {
 	if st := lstat(t, p("roots")); st.Mode&0o7777 != 0o755 {
 		t.Errorf("root's chown kept set-id bits: %#o, want 0755 (Linux clears them for every caller)", st.Mode&0o7777)
 	}
+	if err := fsyncPath(p("roots")); err != nil {
+		t.Fatal(err)
+	}
 	if m := e.meta(t, "roots"); m["mode"] != strconv.Itoa(syscall.S_IFREG|0o755) || m["uid"] != "1" {
 		t.Errorf("stored metadata after chown: %v", m)
 	}
@@ -272,6 +275,9 @@ func TestDirectoryTimesMoveWhenEntriesComeAndGo(t *testing.T) {
 	}
 	if st := lstat(t, d); st.Mtim.Sec != 2000 {
 		t.Errorf("utimens after a create: mtime %v, want 2000", st.Mtim)
+	}
+	if err := fsyncPath(d); err != nil {
+		t.Fatal(err)
 	}
 	wantMetaValue(t, e, "d/", "mtime", "2000")
 }

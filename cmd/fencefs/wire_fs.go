@@ -30,6 +30,7 @@ func fusefsOptions(cfg *config.Config, store objstore.Store, guard *fencing.Guar
 		EntryTTL:       cfg.Mount.EntryTTL,
 		MetaCacheTTL:   cfg.Mount.MetaTTL,
 		LeaderCacheTTL: cfg.Mount.LeaderCacheTTL,
+		AttrWriteback:  cfg.Mount.AttrWriteback,
 		// HEADs ahead of the lookups after a listing: cheap requests,
 		// more of them than parts in flight.
 		PrefetchConcurrency: 4 * cfg.S3.Concurrency,

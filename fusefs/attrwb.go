@@ -1,0 +1,248 @@
+package fusefs
+
+// Attribute write-back: chmod, chown and utimensat of a node with nothing
+// else to commit (a closed file, a directory, a symlink, a special file)
+// are applied to the node at once and stored a moment later, so that the
+// calls programs make in a row — tar's utimensat+chmod(+chown) of every
+// directory, rsync's chmod+utimensat of its temporary file before the
+// rename, cp -a's of every directory — cost one fenced commit together
+// instead of one each, or none when a commit or rename that follows
+// carries them.
+//
+// The durability point (docs/DESIGN.md "Attribute changes"): the change is
+// in the bucket when fsync(2) of the file returns success, when a later
+// close(2) that committed the file returns, when a rename of it returns,
+// at unmount, and otherwise within Options.AttrWriteback. The call itself
+// checks everything that can be checked without the store — permissions
+// and ownership rules, the mount's known fence state (EROFS at once when
+// it knows it is fenced), the metadata size — so what it acknowledges can
+// only fail later if the storage refuses it (a newer leader fenced this
+// one: the change is then dropped like any write of a fenced leader) or
+// cannot be reached; that is logged, counted in
+// fencefs_fuse_attr_writeback_failures_total, and the node shows the
+// stored attributes again. A crash (kill -9) in the window loses the
+// attribute change, never content: the object keeps its stored version.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sync/errgroup"
+)
+
+// attrWriteback holds the nodes whose attribute changes are not stored
+// yet and stores each when its delay is over.
+type attrWriteback struct {
+	fsys  *filesystem
+	delay time.Duration // Options.AttrWriteback; > 0
+
+	mu   sync.Mutex
+	due  map[*nodeBase]time.Time // GUARDED_BY(mu): when each change must be stored
+	wake chan struct{}           // a new, earlier deadline (buffered 1)
+}
+
+func newAttrWriteback(fsys *filesystem, delay time.Duration) *attrWriteback {
+	return &attrWriteback{fsys: fsys, delay: delay, due: map[*nodeBase]time.Time{}, wake: make(chan struct{}, 1)}
+}
+
+// schedule makes b's pending change due after the delay (an earlier
+// deadline stands: a change is never delayed by the next one).
+func (w *attrWriteback) schedule(b *nodeBase) {
+	w.mu.Lock()
+	if _, ok := w.due[b]; !ok {
+		w.due[b] = time.Now().Add(w.delay)
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pending is the number of nodes with a change not stored yet.
+func (w *attrWriteback) pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.due)
+}
+
+// take removes and returns the nodes due at now (all with all), and the
+// next deadline of those left (zero if none).
+func (w *attrWriteback) take(now time.Time, all bool) ([]*nodeBase, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []*nodeBase
+	var next time.Time
+	for b, t := range w.due {
+		if all || !t.After(now) {
+			out = append(out, b)
+			delete(w.due, b)
+		} else if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return out, next
+}
+
+// run stores due changes until ctx ends (the mount goes away).
+func (w *attrWriteback) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		due, next := w.take(time.Now(), false)
+		w.store(ctx, due, true)
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// flushAll stores every pending change now (unmount), returning the
+// errors of those that failed.
+func (w *attrWriteback) flushAll(ctx context.Context) error {
+	due, _ := w.take(time.Now(), true)
+	return w.store(ctx, due, false)
+}
+
+// store stores the changes of nodes, s3.concurrency at a time. background
+// (the timer's stores) also tells the kernel to drop the attributes of a
+// node whose change failed.
+func (w *attrWriteback) store(ctx context.Context, nodes []*nodeBase, background bool) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	var g errgroup.Group
+	g.SetLimit(max(w.fsys.opts.UploadConcurrency, 1))
+	for _, b := range nodes {
+		g.Go(func() error {
+			mctx, cancel := w.fsys.mutctx(ctx)
+			defer cancel()
+			err := b.storePendingAttr(mctx)
+			if err != nil && background {
+				go b.ino.NotifyContent(0, 0) // never from a FUSE handler
+			}
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+var _ = (fs.NodeFsyncer)((*dirNode)(nil))
+
+// Fsync of a directory stores its pending attribute change (attrwb.go);
+// its entries are stored when they change.
+func (d *dirNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	ctx, cancel := d.fsys.mutctx(ctx)
+	defer cancel()
+	if err := d.storePendingAttr(ctx); err != nil {
+		key, _ := d.key()
+		return d.fsys.errno("fsync", key, err)
+	}
+	return 0
+}
+
+// deferAttr applies mutate to the node's attributes now and schedules
+// storing them (see the top of this file). It fails, storing nothing, when
+// the mount cannot write, the node has no stored version (a file: ENOENT)
+// or left the tree, mutate refuses, or the metadata would be too large.
+func (b *nodeBase) deferAttr(ctx context.Context, mutate func(*posixAttr) error) error {
+	if b.fsys.attrwb == nil {
+		return b.updateMetaNow(ctx, mutate)
+	}
+	key, err := b.metaKey()
+	if err != nil {
+		return err
+	}
+	b.opMu.Lock()
+	defer b.opMu.Unlock()
+	for {
+		// mutate runs without b.mu (a directory's takes it); opMu keeps
+		// every other change out, a lookup may still read a new version.
+		info, a := b.snapshot()
+		if info.ETag == "" && b.kind != kindDir {
+			return fmt.Errorf("%w: %s has no stored version", objstore.ErrNotFound, key)
+		}
+		a, _, err := mutated(info, a, mutate)
+		if err != nil {
+			return err
+		}
+		b.mu.Lock()
+		if b.info.ETag != info.ETag {
+			b.mu.Unlock()
+			continue // changed in the bucket meanwhile: apply to that version
+		}
+		b.attr = a
+		b.attrPending = true
+		b.mu.Unlock()
+		b.fsys.attrwb.schedule(b)
+		return nil
+	}
+}
+
+// storePendingAttr stores the node's pending attribute change, if any.
+func (b *nodeBase) storePendingAttr(ctx context.Context) error {
+	b.opMu.Lock()
+	defer b.opMu.Unlock()
+	return b.storePendingAttrLocked(ctx)
+}
+
+// storePendingAttrLocked stores the pending attribute change (a self-copy
+// conditioned on the stored version, or a directory's marker). On failure
+// the change is dropped and the stored attributes shown again; a node that
+// left the tree (unlinked, renamed over) drops it silently.
+// LOCKS_REQUIRED(b.opMu)
+func (b *nodeBase) storePendingAttrLocked(ctx context.Context) error {
+	b.mu.Lock()
+	pending := b.attrPending
+	b.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	err := b.updateMetaRemote(ctx, func(*posixAttr) error { return nil })
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.attrPending = false
+	if err == nil {
+		if fn, ok := b.ino.Operations().(*fileNode); ok {
+			fn.keepETag = b.info.ETag
+		}
+		return nil
+	}
+	key, _ := b.key()
+	b.revertAttrLocked()
+	if errors.Is(err, objstore.ErrNotFound) {
+		b.fsys.log.Debug("attribute change of a removed node dropped", "key", key, "err", err)
+		return nil
+	}
+	b.fsys.metrics.attrWritebackFailures.Inc()
+	b.fsys.log.Warn("an acknowledged chmod/chown/utimens could not be stored and is dropped", "key", key, "err", err)
+	return err
+}
+
+// revertAttrLocked shows the stored attributes again and makes the next
+// lookup fetch the object. LOCKS_REQUIRED(b.mu)
+func (b *nodeBase) revertAttrLocked() {
+	b.attrPending = false
+	b.attr = b.storedAttrLocked()
+	b.fetched = time.Time{}
+}

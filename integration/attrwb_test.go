@@ -1,0 +1,215 @@
+package integration
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencefs/fencefs/integration/gateway"
+	"github.com/fencefs/fencefs/integration/harness"
+)
+
+// Attribute write-back (mount.attr_writeback, docs/DESIGN.md "Attribute
+// changes"): a chmod/chown/utimens of a file nobody writes, or of a
+// directory, is acknowledged at once and stored a moment later, the calls
+// of one program sharing one commit; fsync, close, rename and unmount
+// store it at once; a fenced leader's is dropped and counted; a crash loses
+// only the attribute change.
+
+// putRequests sums the mount's PUT requests (every outcome) from its
+// metrics at addr.
+func putRequests(t *testing.T, addr string) int {
+	t.Helper()
+	_, body := harness.Scrape(t, "http://"+addr+"/metrics")
+	n := 0
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, `fencefs_s3_requests_total{op="put",`) {
+			f := strings.Fields(l)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", l, err)
+			}
+			n += int(v)
+		}
+	}
+	return n
+}
+
+// tarLikeAttrs changes the attributes of the closed file p/f and of the
+// directory p/sub the way tar and cp -a do after writing them: five calls.
+func tarLikeAttrs(t *testing.T, p string) {
+	t.Helper()
+	f, sub := p+"/f", p+"/sub"
+	steps := []error{
+		os.Chtimes(f, time.Unix(1500000000, 0), time.Unix(1600000000, 0)),
+		os.Chown(f, 1234, 5678),
+		os.Chmod(f, 0o600),
+		os.Chtimes(sub, time.Unix(1500000000, 0), time.Unix(1600000000, 0)),
+		os.Chmod(sub, 0o700),
+	}
+	for i, err := range steps {
+		if err != nil {
+			t.Fatalf("attribute call %d: %v", i, err)
+		}
+	}
+}
+
+// waitStoredMode polls the bucket until key's stored mode is want.
+func waitStoredMode(t *testing.T, e *fsEnv, key string, want uint32, limit time.Duration) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		m := e.meta(t, key)
+		if m["mode"] == strconv.Itoa(int(want)) {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("S3 %s mode = %q after %v, want %d (metadata %v)", key, m["mode"], limit, want, m)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestAttributeChangesAfterCloseShareOneCommitAndAreStoredSoon(t *testing.T) {
+	gw := gateway.ForTest(t)
+	puts := map[string]int{}
+	for _, wb := range []string{"0", "1s"} {
+		bucket := gateway.NewBucket(t, gw)
+		addr := metricsAddr(t)
+		e := &fsEnv{gw: gw, bucket: bucket,
+			fs: harness.Mount(t, gw, bucket, "--token", "5", "--attr-writeback", wb, "--metrics-addr", addr)}
+		p := e.fs.Path("d")
+		if err := os.MkdirAll(p+"/sub", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeClose(p+"/f", os.O_CREATE|os.O_WRONLY, []byte("content")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the journal trims of the writes above
+		before := putRequests(t, addr)
+		tarLikeAttrs(t, p)
+		// The mount shows the changes at once.
+		if st := lstat(t, p+"/f"); st.Mode&0o7777 != 0o600 || st.Uid != 1234 || st.Gid != 5678 || st.Mtim.Sec != 1600000000 {
+			t.Errorf("attr-writeback %s: f after the calls: mode %#o uid %d gid %d mtime %d", wb, st.Mode&0o7777, st.Uid, st.Gid, st.Mtim.Sec)
+		}
+		if st := lstat(t, p+"/sub"); st.Mode&0o7777 != 0o700 || st.Mtim.Sec != 1600000000 {
+			t.Errorf("attr-writeback %s: sub after the calls: mode %#o mtime %d", wb, st.Mode&0o7777, st.Mtim.Sec)
+		}
+		// The bucket has them within the write-back delay (generous margin).
+		m := waitStoredMode(t, e, "d/f", syscall.S_IFREG|0o600, 15*time.Second)
+		if m["uid"] != "1234" || m["gid"] != "5678" || m["mtime"] != "1600000000" || m["atime"] != "1500000000" {
+			t.Errorf("attr-writeback %s: stored f metadata %v", wb, m)
+		}
+		m = waitStoredMode(t, e, "d/sub/", syscall.S_IFDIR|0o700, 15*time.Second)
+		if m["mtime"] != "1600000000" {
+			t.Errorf("attr-writeback %s: stored sub/ mtime %q, want 1600000000", wb, m["mtime"])
+		}
+		wantS3(t, e, "d/f", "content")
+		time.Sleep(200 * time.Millisecond) // the journal trims of the stores
+		puts[wb] = putRequests(t, addr) - before
+	}
+	// Five calls on two nodes: each stored at once costs its own commit;
+	// deferred, the two nodes cost one commit each.
+	if puts["1s"]*2 > puts["0"] {
+		t.Errorf("PUT requests for 5 attribute calls on 2 nodes: %d deferred, %d each at once; want at most half", puts["1s"], puts["0"])
+	}
+	t.Logf("PUT requests for 5 attribute calls on 2 nodes: %d deferred, %d each at once", puts["1s"], puts["0"])
+}
+
+func TestPendingAttributeChangeIsStoredByFsyncRenameAndUnmount(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	// A delay far longer than the test: only fsync, rename and unmount
+	// can have stored what the bucket shows.
+	e := &fsEnv{gw: gw, bucket: bucket, fs: harness.Mount(t, gw, bucket, "--token", "5", "--attr-writeback", "10m")}
+	for _, name := range []string{"f", "g"} {
+		if err := writeClose(e.fs.Path(name), os.O_CREATE|os.O_WRONLY, []byte(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(e.fs.Path("dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.Chmod(e.fs.Path("f"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsyncPath(e.fs.Path("f")); err != nil {
+		t.Fatalf("fsync: %v", err)
+	}
+	wantMetaValue(t, e, "f", "mode", strconv.Itoa(syscall.S_IFREG|0o640))
+
+	if err := os.Chmod(e.fs.Path("g"), 0o604); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(e.fs.Path("g"), e.fs.Path("h")); err != nil {
+		t.Fatal(err)
+	}
+	wantMetaValue(t, e, "h", "mode", strconv.Itoa(syscall.S_IFREG|0o604))
+	wantS3(t, e, "h", "g")
+
+	if err := os.Chmod(e.fs.Path("dir"), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Unmount(); err != nil {
+		t.Fatalf("unmount: %v", err)
+	}
+	wantMetaValue(t, e, "dir/", "mode", strconv.Itoa(syscall.S_IFDIR|0o711))
+}
+
+func TestFencedLeadersPendingAttributeChangeIsDroppedAndCounted(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	addrA := metricsAddr(t)
+	a := harness.Mount(t, gw, bucket, "--token", "5", "--holder", "A", "--attr-writeback", "3s", "--metrics-addr", addrA)
+	e := &fsEnv{gw: gw, bucket: bucket, fs: a}
+	if err := writeClose(a.Path("f"), os.O_CREATE|os.O_WRONLY, []byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(a.Path("f"), 0o600); err != nil {
+		t.Fatalf("chmod while leading: %v", err)
+	}
+	// B takes over and rewrites the file before A's change is due.
+	b := harness.Mount(t, gw, bucket, "--token", "6", "--holder", "B")
+	if err := writeClose(b.Path("f"), os.O_WRONLY|os.O_TRUNC, []byte("B")); err != nil {
+		t.Fatalf("new leader's overwrite: %v", err)
+	}
+	pollMetric(t, addrA, "fencefs_fuse_attr_writeback_failures_total", "1", 20*time.Second)
+	got := readObject(t, gw, bucket, "f")
+	if string(got.body) != "B" || got.epoch != "6" {
+		t.Errorf("f = %q stamped %q, want B's content stamped 6", got.body, got.epoch)
+	}
+	if m := e.meta(t, "f"); m["mode"] == strconv.Itoa(syscall.S_IFREG|0o600) {
+		t.Errorf("the fenced leader's chmod landed: %v", m)
+	}
+	if st := lstat(t, a.Path("f")); st.Mode&0o7777 == 0o600 {
+		t.Errorf("the fenced mount still shows its dropped chmod (mode %#o)", st.Mode&0o7777)
+	}
+}
+
+func TestKillDuringAttributeWritebackLeavesTheObjectWhole(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	a := harness.Mount(t, gw, bucket, "--token", "5", "--attr-writeback", "10m")
+	e := &fsEnv{gw: gw, bucket: bucket, fs: a}
+	body := strings.Repeat("whole ", 1000)
+	if err := writeClose(a.Path("f"), os.O_CREATE|os.O_WRONLY, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(a.Path("f"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.Kill()
+	if err := a.Unmount(); err != nil {
+		t.Logf("unmount after kill: %v", err)
+	}
+	wantS3(t, e, "f", body)
+	wantMetaValue(t, e, "f", "mode", strconv.Itoa(syscall.S_IFREG|0o644))
+	again := harness.Mount(t, gw, bucket, "--token", "6")
+	if got, err := os.ReadFile(again.Path("f")); err != nil || string(got) != body {
+		t.Errorf("after the kill a new mount reads %d bytes, %v; want the %d closed", len(got), err, len(body))
+	}
+}
