@@ -67,9 +67,11 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 			MaxReadAhead: maxIO,
 			// Readdir lists names with one LIST; READDIRPLUS would make
 			// every listing pay a HEAD per entry.
-			DisableReadDirPlus:   true,
-			IgnoreSecurityLabels: true,
-			MaxBackground:        64,
+			DisableReadDirPlus: true,
+			// Security labels and POSIX ACLs reach getxattr (node.go):
+			// go-fuse's IgnoreSecurityLabels answers ENODATA, which
+			// made ls -l ask every file.
+			MaxBackground: 64,
 			// open(O_TRUNC) arrives as one OPEN with O_TRUNC, so the
 			// truncation is staged with the handle, not committed alone.
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,

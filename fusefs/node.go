@@ -243,6 +243,7 @@ func setattrMutation(ctx context.Context, in *fuse.SetAttrIn) (func(*posixAttr) 
 // Other namespaces are not supported (security.* is answered by go-fuse).
 const (
 	xattrUserPrefix    = "user."
+	xattrCapability    = "security.capability"
 	xattrControlPrefix = "user.fencefs."
 	xattrStamp         = "user.fencefs.stamp"
 )
@@ -260,11 +261,15 @@ func (b *nodeBase) getxattr(name string, dest []byte) (uint32, error) {
 		val = []byte(e)
 	case strings.HasPrefix(name, xattrControlPrefix):
 		return 0, errNoAttr
+	case name == xattrCapability:
+		// Asked before every write (file_remove_privs): no capabilities.
+		return 0, errNoAttr
 	case !strings.HasPrefix(name, xattrUserPrefix):
 		// What the kernel answers for a namespace a filesystem has no
-		// handler for. ls -l asks every file for security.selinux unless
-		// one answer says the device does not support it: ENODATA cost
-		// a FUSE round trip per file of every listing.
+		// handler for (security labels, POSIX ACLs, trusted.*). ls -l
+		// asks every file for security.selinux and its ACL unless one
+		// answer says the device does not support them: ENODATA cost
+		// two FUSE round trips per file of every listing.
 		return 0, fmt.Errorf("%w: %s is outside the user namespace", errNotSupported, name)
 	default:
 		v, ok := a.Xattrs[name]

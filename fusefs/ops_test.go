@@ -518,6 +518,24 @@ var activeCases = []opCase{
 		want: syscall.ENOTSUP,
 	},
 	{
+		name:  "reading a POSIX ACL is ENOTSUP, not ENODATA",
+		setup: func(c *opCtx) { c.write("f", "x") },
+		op: func(c *opCtx) error {
+			_, err := unix.Getxattr(c.path("f"), "system.posix_acl_access", nil)
+			return err
+		},
+		want: syscall.ENOTSUP,
+	},
+	{
+		name:  "a file has no capabilities (ENODATA)",
+		setup: func(c *opCtx) { c.write("f", "x") },
+		op: func(c *opCtx) error {
+			_, err := unix.Getxattr(c.path("f"), "security.capability", nil)
+			return err
+		},
+		want: syscall.ENODATA,
+	},
+	{
 		name:  "user.fencefs attributes of files are reserved (EPERM)",
 		setup: func(c *opCtx) { c.write("f", "x") },
 		op:    func(c *opCtx) error { return unix.Setxattr(c.path("f"), "user.fencefs.stamp", []byte("9"), 0) },
