@@ -42,6 +42,7 @@ func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, opts objstor
 	if srcETag == "" {
 		return objstore.ObjectInfo{}, fmt.Errorf("copy %q: empty source ETag: %w", src, objstore.ErrInvalid)
 	}
+	headed := opts.Source == nil || objstore.NormalizeETag(opts.Source.ETag) != srcETag // copySource sends a pinned HEAD
 	si, err := s.copySource(ctx, src, srcETag, opts.Source)
 	if err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("copy source: %w", err)
@@ -59,9 +60,16 @@ func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, opts objstor
 	}
 	wopts := objstore.PutOptions{Cond: opts.Cond, Meta: meta, ContentType: ct, Shape: objstore.ShapePlain}
 	var etag string
-	if layout == nil {
+	switch {
+	case layout == nil && si.Size == 0 && (headed || (dst == src && objstore.NormalizeETag(opts.Cond.IfMatch) == srcETag)):
+		// Empty, as a HEAD pinned to srcETag just showed, or a self-copy
+		// whose condition fails unless the source is still srcETag:
+		// nothing to read (a directory marker's or an empty file's
+		// metadata change costs no GET).
+		etag, err = s.putPlain(ctx, dst, bytes.NewReader(nil), 0, wopts)
+	case layout == nil:
 		etag, err = s.copyPlain(ctx, src, srcETag, si.Size, dst, wopts)
-	} else {
+	default:
 		etag, err = s.putMultipart(ctx, dst, layout, wopts, func(ctx context.Context, uploadID string, part int, off, n int64) (minio.CompletePart, error) {
 			return s.copyPart(ctx, src, srcETag, dst, uploadID, part, off, n)
 		})

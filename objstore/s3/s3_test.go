@@ -405,6 +405,45 @@ func TestCAFileAndAWSCABundle(t *testing.T) {
 	}
 }
 
+// TestCopyOfAnEmptySourceReadsNothing checks that a Copy of
+// an empty object (a directory marker's or an empty file's metadata
+// change) sends no GET, whether a pinned HEAD showed it empty or it is a
+// self-copy conditioned on the source's ETag (an ETag names content, and
+// every empty object has the same one: nothing is left to read).
+func TestCopyOfAnEmptySourceReadsNothing(t *testing.T) {
+	s, _, reg := measuredStore(t)
+	ctx := context.Background()
+	gets := func() float64 {
+		return valueOr0(t, reg, "fencefs_s3_requests_total", map[string]string{"op": "get", "outcome": "ok"})
+	}
+	src := storetest.MustPut(t, ctx, s, "d/", nil, objstore.PutOptions{Meta: map[string]string{"mode": "1"}})
+	g0 := gets()
+	cases := []struct {
+		name string
+		dst  string
+		opts objstore.PutOptions
+	}{
+		{"pinned HEAD", "copy/", objstore.PutOptions{Meta: map[string]string{"mode": "2"}}},
+		{"self-copy with its ETag", "d/", objstore.PutOptions{Meta: map[string]string{"mode": "3"}, Source: &src, Cond: objstore.Condition{IfMatch: src.ETag}}},
+	}
+	for _, tc := range cases {
+		out, err := s.Copy(ctx, "d/", src.ETag, tc.dst, tc.opts)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		info, err := s.Stat(ctx, tc.dst)
+		if err != nil || info.Size != 0 || info.Meta["mode"] != tc.opts.Meta["mode"] {
+			t.Errorf("%s: dst %+v, %v; want empty with mode %s", tc.name, info, err, tc.opts.Meta["mode"])
+		}
+		if tc.dst == "d/" {
+			src = out
+		}
+	}
+	if got := gets() - g0; got != 0 {
+		t.Errorf("copies of an empty source sent %v GETs, want 0", got)
+	}
+}
+
 // TestCopyWithAKnownSourceSkipsItsHeadButStaysPinned checks that a Copy
 // given the source's info sends no HEAD, and that the content is still
 // read pinned to the source ETag: a source replaced since fails the copy.
