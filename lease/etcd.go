@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -61,19 +59,15 @@ type ElectionOptions struct {
 // etcd session (the client keeps its lease alive) and the leader key
 // exist. Create with Campaign; end with Release. Safe for concurrent use.
 type Election struct {
-	name    string
+	holding // Name, Lost, Err
 	session *concurrency.Session
 	elec    *concurrency.Election
 	token   uint64
-	log     *slog.Logger
-	met     *metrics
 
-	lost     chan struct{}      // closed on loss
 	cancelBG context.CancelFunc // stops the key watch
 	watched  chan struct{}      // closed when the loss watcher has exited
 
 	mu       sync.Mutex
-	err      error // GUARDED_BY(mu): why it ended; nil while held
 	released bool  // GUARDED_BY(mu)
 	relErr   error // GUARDED_BY(mu): the first Release's result
 }
@@ -108,14 +102,9 @@ func Campaign(ctx context.Context, client *clientv3.Client, name string, opts El
 	}
 	holder := opts.Holder
 	if holder == "" {
-		host, _ := os.Hostname()
-		holder = fmt.Sprintf("%s:%d", host, os.Getpid())
+		holder = defaultHolder()
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	log = log.With("election", name)
+	log := orDiscard(opts.Logger).With("election", name)
 	met := newMetrics(opts.Registerer, name)
 
 	e, err := campaign(ctx, client, prefix+name, holder, int(ttl/time.Second), log)
@@ -123,7 +112,7 @@ func Campaign(ctx context.Context, client *clientv3.Client, name string, opts El
 		met.ended(false)
 		return nil, err
 	}
-	e.name, e.log, e.met = name, log, met
+	e.name, e.log, e.met, e.lostMsg = name, log, met, "leadership lost"
 	e.lost, e.watched = make(chan struct{}), make(chan struct{})
 	var bg context.Context
 	bg, e.cancelBG = context.WithCancel(context.Background())
@@ -131,15 +120,8 @@ func Campaign(ctx context.Context, client *clientv3.Client, name string, opts El
 	met.acquired(HowElected)
 	log.Info("elected", "token", e.token, "key", e.elec.Key())
 
-	bindCtx, cancelBind := context.WithCancel(ctx)
+	bindCtx, cancelBind := e.whileHeld(ctx)
 	defer cancelBind()
-	go func() {
-		select {
-		case <-e.lost:
-			cancelBind()
-		case <-bindCtx.Done():
-		}
-	}()
 	if err := opts.Bind(bindCtx, e.token); err != nil {
 		relCtx, cancel := context.WithTimeout(context.Background(), ttl)
 		defer cancel()
@@ -255,39 +237,11 @@ func (e *Election) watch(ctx context.Context) {
 	}
 }
 
-// lose ends the leadership with err (the first reason wins).
-func (e *Election) lose(err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.err != nil {
-		return
-	}
-	e.err = err
-	e.met.ended(true) // before Lost: whoever wakes on it sees the metrics
-	close(e.lost)
-	e.log.Info("leadership lost", "reason", err)
-}
-
-// Name returns the election's name.
-func (e *Election) Name() string { return e.name }
-
 // Token returns the fencing token: the leader key's create revision.
 func (e *Election) Token() uint64 { return e.token }
 
 // Key returns the leader key in etcd.
 func (e *Election) Key() string { return e.elec.Key() }
-
-// Lost returns a channel closed when the leadership is lost (Err then
-// wraps ErrLost). It is not closed by Release.
-func (e *Election) Lost() <-chan struct{} { return e.lost }
-
-// Err returns nil while the leadership is held, an error wrapping ErrLost
-// after a loss, or ErrReleased after Release.
-func (e *Election) Err() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.err
-}
 
 // Held reports whether the leadership is still this process's by its own
 // reckoning: not lost or released, and the session alive (the client
@@ -308,12 +262,8 @@ func (e *Election) Release(ctx context.Context) error {
 		return e.relErr
 	}
 	e.released = true
-	lostErr := e.err
-	if e.err == nil {
-		e.err = ErrReleased
-		e.met.ended(false)
-	}
 	e.mu.Unlock()
+	lostErr := e.end(ErrReleased)
 	e.cancelBG()
 	<-e.watched
 

@@ -59,19 +59,6 @@ func (l *Lease) renewLoop() {
 	}
 }
 
-// lose ends the lease with err (the first reason wins) and closes Lost.
-func (l *Lease) lose(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err != nil {
-		return
-	}
-	l.err = err
-	l.met.ended(true) // before Lost: whoever wakes on it sees the metrics
-	close(l.lost)
-	l.log.Info("lease lost", "reason", err)
-}
-
 // stopRenewer stops the renewal goroutine and waits for it (idempotent).
 func (l *Lease) stopRenewer() {
 	l.stopOnce.Do(func() {
@@ -80,9 +67,6 @@ func (l *Lease) stopRenewer() {
 	})
 	<-l.done
 }
-
-// Name returns the lease's name.
-func (l *Lease) Name() string { return l.name }
 
 // ID returns the random id of this acquisition, as written in the object.
 func (l *Lease) ID() string { return l.id }
@@ -100,18 +84,6 @@ func (l *Lease) Token() uint64 {
 	return l.token
 }
 
-// Lost returns a channel closed when the lease is lost (Err then wraps
-// ErrLost). It is not closed by Release.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
-
-// Err returns nil while the lease is held, an error wrapping ErrLost after
-// a loss, or ErrReleased after Release.
-func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
 // Held reports whether the lease is still this holder's by its own
 // reckoning: not lost, not released, and its deadline (the start of the
 // last successful renewal + TTL − TTL/5) not passed. It reads the clock, so
@@ -119,9 +91,12 @@ func (l *Lease) Err() error {
 // result may be stale by the time the caller acts on it: writes must rely
 // on the fencing token.
 func (l *Lease) Held() bool {
+	if l.Err() != nil {
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.err == nil && held(l.cur.basis, l.ttl, time.Now())
+	return held(l.cur.basis, l.ttl, time.Now())
 }
 
 // Renew renews the lease now (the background renewal goes on as well), for
@@ -147,11 +122,10 @@ func (l *Lease) RecordToken(ctx context.Context, tok uint64) error {
 func (l *Lease) writeNow(ctx context.Context, tok uint64) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	l.mu.Lock()
-	if err := l.err; err != nil {
-		l.mu.Unlock()
+	if err := l.Err(); err != nil {
 		return err
 	}
+	l.mu.Lock()
 	if tok != 0 {
 		l.token = tok
 		l.met.setToken(tok)
@@ -181,9 +155,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	l.mu.Lock()
-	released, lerr := l.released, l.err
+	released := l.released
 	l.mu.Unlock()
-	switch {
+	switch lerr := l.Err(); {
 	case released:
 		return nil
 	case lerr != nil && !errors.Is(lerr, ErrLost):
@@ -201,24 +175,17 @@ func (l *Lease) Release(ctx context.Context) error {
 			break
 		}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch {
 	case err == nil:
+		l.end(ErrReleased)
+		l.mu.Lock()
 		l.released = true
-		if l.err == nil {
-			l.err = ErrReleased
-			l.met.ended(false)
-		}
+		l.mu.Unlock()
 		l.log.Info("lease released")
 		return nil
 	case errors.Is(err, ErrLost):
-		if l.err == nil {
-			l.err = err
-			l.met.ended(true)
-			close(l.lost)
-		}
-		return l.err
+		l.end(err)
+		return l.Err()
 	}
 	return fmt.Errorf("lease %q: release: %w (it expires after its TTL %v)", l.name, err, l.ttl)
 }

@@ -1,6 +1,13 @@
 package lease
 
-import "context"
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+)
 
 // Leader is a held leadership that carries a fencing token, whoever chose
 // the leader: *Lease (the lease object on the bucket, the embedded default)
@@ -35,3 +42,89 @@ var (
 	_ Leader = (*Lease)(nil)
 	_ Leader = (*Election)(nil)
 )
+
+// holding is the state a Lease and an Election share: the name held, the
+// logger and metrics, and how the holding ended. It gives both their Name,
+// Lost and Err.
+type holding struct {
+	name    string
+	log     *slog.Logger
+	met     *metrics
+	lostMsg string        // logged on a loss: "lease lost", "leadership lost"
+	lost    chan struct{} // closed on loss
+
+	endMu sync.Mutex
+	err   error // GUARDED_BY(endMu): why the holding ended; nil while held
+}
+
+// Name returns the lease's or the election's name.
+func (h *holding) Name() string { return h.name }
+
+// Lost returns a channel closed when the holding is lost (Err then wraps
+// ErrLost). It is not closed by Release.
+func (h *holding) Lost() <-chan struct{} { return h.lost }
+
+// Err returns nil while held, an error wrapping ErrLost after a loss, or
+// ErrReleased after Release.
+func (h *holding) Err() error {
+	h.endMu.Lock()
+	defer h.endMu.Unlock()
+	return h.err
+}
+
+// end records err as why the holding ended, unless it had ended already
+// (the first reason wins): then it returns that earlier reason and changes
+// nothing. A loss (err wraps ErrLost) is counted and closes Lost; a release
+// (ErrReleased) does not close it.
+func (h *holding) end(err error) (earlier error) {
+	h.endMu.Lock()
+	defer h.endMu.Unlock()
+	if h.err != nil {
+		return h.err
+	}
+	h.err = err
+	lost := errors.Is(err, ErrLost)
+	h.met.ended(lost) // before Lost: whoever wakes on it sees the metrics
+	if lost {
+		close(h.lost)
+	}
+	return nil
+}
+
+// lose ends the holding with err, a loss, and logs it (the first reason
+// wins).
+func (h *holding) lose(err error) {
+	if h.end(err) == nil {
+		h.log.Info(h.lostMsg, "reason", err)
+	}
+}
+
+// whileHeld returns a context derived from ctx that is also cancelled when
+// the holding is lost (for binding a token, which a loss makes worthless).
+func (h *holding) whileHeld(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-h.lost:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// defaultHolder is the holder's description when none is given:
+// "hostname:pid".
+func defaultHolder() string {
+	host, _ := os.Hostname()
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// orDiscard returns log, or a logger that discards everything when log is
+// nil.
+func orDiscard(log *slog.Logger) *slog.Logger {
+	if log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return log
+}

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -90,17 +88,15 @@ type Acquisition struct {
 // Lease is a held lease. Create with Acquire; end with Release. Safe for
 // concurrent use.
 type Lease struct {
+	holding // Name, Lost, Err
+
 	// Constant after Acquire.
 	store objstore.Store
 	key   string
-	name  string
 	id    string
 	ttl   time.Duration
-	log   *slog.Logger
-	met   *metrics
 	acq   Acquisition
 
-	lost     chan struct{}      // closed on loss
 	stop     chan struct{}      // closed to stop the renewer
 	done     chan struct{}      // closed when the renewer has exited
 	bg       context.Context    // renewals run under it; cancelled by stopRenewer
@@ -114,7 +110,6 @@ type Lease struct {
 	mu       sync.Mutex
 	cur      current // GUARDED_BY(mu); changed only with wmu held too
 	token    uint64  // GUARDED_BY(mu): the token to record (0: none)
-	err      error   // GUARDED_BY(mu): why the lease ended; nil while held
 	released bool    // GUARDED_BY(mu)
 }
 
@@ -164,22 +159,20 @@ func Acquire(ctx context.Context, store objstore.Store, name string, opts Option
 		opts.Poll = defaultPoll(opts.TTL)
 	}
 	if opts.Holder == "" {
-		host, _ := os.Hostname()
-		opts.Holder = host + ":" + strconv.Itoa(os.Getpid())
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		opts.Holder = defaultHolder()
 	}
 	l := &Lease{
+		holding: holding{
+			name:    name,
+			log:     orDiscard(opts.Logger).With("lease", name),
+			met:     newMetrics(opts.Registerer, name),
+			lostMsg: "lease lost",
+			lost:    make(chan struct{}),
+		},
 		store: store,
 		key:   Key(opts.Domain, name),
-		name:  name,
 		id:    randomID(),
 		ttl:   opts.TTL,
-		log:   log.With("lease", name),
-		met:   newMetrics(opts.Registerer, name),
-		lost:  make(chan struct{}),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
@@ -352,15 +345,8 @@ func (l *Lease) abandon(ctx context.Context, attempts map[uint64]time.Time) {
 // bindToken runs bind under a context cancelled if the lease is lost, and
 // checks the result.
 func (l *Lease) bindToken(ctx context.Context, bind func(context.Context) (uint64, error)) (uint64, error) {
-	bctx, cancel := context.WithCancel(ctx)
+	bctx, cancel := l.whileHeld(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-l.lost:
-			cancel()
-		case <-bctx.Done():
-		}
-	}()
 	tok, err := bind(bctx)
 	if err == nil && tok == 0 {
 		err = errors.New("the bind returned no token")

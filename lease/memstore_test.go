@@ -23,6 +23,10 @@ const memTTL = 15 * time.Second
 
 func memEnv() env { return env{store: memstore.New(), ttl: memTTL, wait: time.Hour} }
 
+// bubbleCtx is a test's context in the bubble: it times out after an hour
+// of fake time, so a test that stops making progress fails.
+func bubbleCtx(t *testing.T) context.Context { return env{wait: time.Hour}.ctx(t) }
+
 func inBubble(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
 	synctest.Test(t, f)
@@ -175,8 +179,7 @@ func TestMemLostResponsesAreRecognisedAsOurOwnWrites(t *testing.T) {
 func TestMemLostResponseOfReleaseStillReleases(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		s := memstore.New()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-		defer cancel()
+		ctx := bubbleCtx(t)
 		a := acquireA(t, ctx, s)
 		lostResponses(s, 1)
 		if err := a.Release(ctx); err != nil {
@@ -192,8 +195,7 @@ func TestMemLostResponseOfReleaseStillReleases(t *testing.T) {
 func TestMemTokenIsRecordedAndMustGrow(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		s := memstore.New()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-		defer cancel()
+		ctx := bubbleCtx(t)
 		bind := func(n uint64) func(context.Context) (uint64, error) {
 			return func(context.Context) (uint64, error) { return n, nil }
 		}
@@ -287,8 +289,7 @@ func TestMemUnreadableOrNewerLeaseObjects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			inBubble(t, func(t *testing.T) {
 				s := memstore.New()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-				defer cancel()
+				ctx := bubbleCtx(t)
 				if _, err := s.Put(ctx, lease.Key("", "l"), strings.NewReader(tt.body), int64(len(tt.body)), objstore.PutOptions{}); err != nil {
 					t.Fatal(err)
 				}
@@ -362,8 +363,7 @@ func TestAcquireRefusesBadOptions(t *testing.T) {
 func TestMemTakeoverIsConditionalOnTheVersionWatched(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		s := memstore.New()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-		defer cancel()
+		ctx := bubbleCtx(t)
 		aStore := &cutStore{Store: s}
 		a, err := lease.Acquire(ctx, aStore, "l", lease.Options{TTL: memTTL, Holder: "A"})
 		if err != nil {
@@ -401,8 +401,7 @@ func TestMemTakeoverIsConditionalOnTheVersionWatched(t *testing.T) {
 func TestMemRenewExtendsTheLeaseAndReportsALoss(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		s := memstore.New()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-		defer cancel()
+		ctx := bubbleCtx(t)
 		a := acquireA(t, ctx, s)
 		before, _ := lease.Inspect(ctx, s, "", "l")
 		if err := a.Renew(ctx); err != nil {

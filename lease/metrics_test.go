@@ -42,12 +42,16 @@ func TestMemMetricsFollowTheLease(t *testing.T) {
 			t.Fatalf("no %s{%s}", name, labels)
 			return 0
 		}
-		var tok uint64 = 6
-		a, err := lease.Acquire(ctx, e.store, "l", lease.Options{TTL: e.ttl, Holder: "A", Registerer: reg,
-			Bind: func(context.Context) (uint64, error) { return tok, nil }})
-		if err != nil {
-			t.Fatal(err)
+		acquire := func(holder string, tok uint64) *lease.Lease {
+			t.Helper()
+			l, err := lease.Acquire(ctx, e.store, "l", lease.Options{TTL: e.ttl, Holder: holder, Registerer: reg,
+				Bind: func(context.Context) (uint64, error) { return tok, nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
 		}
+		a := acquire("A", 6)
 		if got := gauge("fencefs_lease_held", "lease=l,"); got != 1 {
 			t.Errorf("held after Acquire = %v, want 1", got)
 		}
@@ -84,12 +88,7 @@ func TestMemMetricsFollowTheLease(t *testing.T) {
 		}
 
 		// The same process acquires again (Z released) and releases.
-		tok = 100
-		b, err := lease.Acquire(ctx, e.store, "l", lease.Options{TTL: e.ttl, Holder: "B", Registerer: reg,
-			Bind: func(context.Context) (uint64, error) { return tok, nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := acquire("B", 100)
 		if got := gauge("fencefs_lease_held", "lease=l,"); got != 1 {
 			t.Errorf("held after the second Acquire = %v, want 1", got)
 		}
