@@ -110,8 +110,23 @@ func (ij *intentJournal) opCtx() (context.Context, context.CancelFunc) {
 // ensure makes sure the journal names (key, base) (written and validated)
 // and takes a reference on the key's intent; the caller must call settle.
 // Concurrent callers share journal writes.
+//
+// ts must still be the binding of the journal (boundLocked), checked under
+// the same hold of mu as the reference is taken; otherwise ensure fails
+// with ErrUnverified and changes nothing. A mutation's ts cannot be stale
+// (Bind waits for the mutations in flight), but PrepareBase's can: it reads
+// the binding, and its goroutine calls ensure later, maybe after a Bind
+// and after a mutation of the new binding took the key's intent. Taking a
+// reference under the old binding would replace that intent in live
+// (refLocked), and every later journal write would leave the key out while
+// its commit is in flight: a newer binder's seal would not name it, its
+// sweep would not change it, and the commit could land after the takeover.
 func (ij *intentJournal) ensure(ctx context.Context, ts tokenState, key, base string) (*keyIntent, error) {
 	ij.mu.Lock()
+	if !ij.boundLocked(ts) {
+		ij.mu.Unlock()
+		return nil, unverifiedErr("the intent for %s is of epoch %d, no longer the binding of the intent journal", key, ts.token)
+	}
 	ki := ij.refLocked(ts, key)
 	ij.mu.Unlock()
 	if err := ij.cover(ctx, ki, base); err != nil {
@@ -121,8 +136,20 @@ func (ij *intentJournal) ensure(ctx context.Context, ts tokenState, key, base st
 	return ki, nil
 }
 
+// boundLocked reports whether ts is the binding of the current journal:
+// Bind changes both under the Guard's mu and ij.mu (dropAll, then
+// createJournal before the Guard is active). LOCKS_REQUIRED(ij.mu)
+func (ij *intentJournal) boundLocked(ts tokenState) bool {
+	jr := ij.jr
+	return jr != nil && jr.epoch == ts.token && jr.claim == ts.claim
+}
+
 // refLocked returns the live intent for key under ts's binding (a new one
-// if there is none) with a reference taken for the caller.
+// if there is none, or if the live one is of another binding) with a
+// reference taken for the caller. ts must be the current binding, checked
+// in the same critical section (boundLocked, or the Guard's token state
+// under its mu for refAll): only then is an intent it replaces one of an
+// older binding, which dropAll already took out of every journal write.
 // LOCKS_REQUIRED(ij.mu)
 func (ij *intentJournal) refLocked(ts tokenState, key string) *keyIntent {
 	ki := ij.live[key]
@@ -372,28 +399,39 @@ func (ij *intentJournal) closeJournal(ctx context.Context) error {
 }
 
 // prepare writes the intent for (key, base) of binding ts in the
-// background (PrepareBase) and keeps it for prepareLinger.
+// background (PrepareBase): prepareNow, in a goroutine of its own.
 func (ij *intentJournal) prepare(ts tokenState, key, base string) {
 	ij.wg.Add(1)
 	go func() {
 		defer ij.wg.Done()
 		ctx, cancel := ij.opCtx()
 		defer cancel()
-		ki, err := ij.ensure(ctx, ts, key, base)
-		if err != nil {
+		if err := ij.prepareNow(ctx, ts, key, base); err != nil {
 			ij.log.Debug("writing an intent early failed; the commit writes it", "key", key, "err", err)
-			return
 		}
-		ij.mu.Lock()
-		defer ij.mu.Unlock()
-		if k := ij.now().Add(prepareLinger); k.After(ki.keepUntil) {
-			ki.keepUntil = k
-		}
-		// The journal write was the validation too (journal.go): a newer
-		// binder seals the journal and sweeps the key, however late the
-		// commit comes.
-		ij.settleLocked(ki, true)
 	}()
+}
+
+// prepareNow is the body of prepare's goroutine: it writes the intent for
+// (key, base) of binding ts and keeps it for prepareLinger. ts was read
+// by PrepareBase before the goroutine started, so a Bind may have fallen
+// in between (PrepareBase is no mutation in flight: Bind does not wait for
+// it); see ensure.
+func (ij *intentJournal) prepareNow(ctx context.Context, ts tokenState, key, base string) error {
+	ki, err := ij.ensure(ctx, ts, key, base)
+	if err != nil {
+		return err
+	}
+	ij.mu.Lock()
+	defer ij.mu.Unlock()
+	if k := ij.now().Add(prepareLinger); k.After(ki.keepUntil) {
+		ki.keepUntil = k
+	}
+	// The journal write was the validation too (journal.go): a newer
+	// binder seals the journal and sweeps the key, however late the
+	// commit comes.
+	ij.settleLocked(ki, true)
+	return nil
 }
 
 // refAll takes a reference on the intent of every one of intents under
