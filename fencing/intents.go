@@ -53,7 +53,9 @@ type keyIntent struct {
 // the critical section (of the Guard's mu) in which it changes the token,
 // Reserve takes its references in the one in which it checked the binding
 // (refAll), and Close marks the journal closed in the one in which it
-// closes the Guard. The check that a write's Guard is fenced (journalGuard
+// closes the Guard. ensure, which may run with a binding read earlier
+// (PrepareBase's goroutine), checks under mu that it is still the
+// journal's before it takes a reference (boundLocked). The check that a write's Guard is fenced (journalGuard
 // fenced) is made just before the write fixes its content, not atomically
 // with it: it only keeps a fenced writer from contending with a seal, and
 // safety rests on the seal (see journal.go).
