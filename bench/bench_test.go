@@ -252,7 +252,7 @@ func TestMarkdownReportHasEveryTargetRatiosAndNotDurableMark(t *testing.T) {
 		"| **raw** |", "| **fencefs-strict** |", "| **s3fs** |",
 		"fencefs-strict / raw | 0.90×", "fencefs-strict / s3fs | 1.80×",
 		"uploads later by design", "small create strict ≥ 2× s3fs | 4.00× | ✓",
-		"## Machine", "Reproduce:",
+		"## Goals of the basic workloads", "## Machine", "Reproduce:",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

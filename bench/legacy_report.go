@@ -34,30 +34,30 @@ func listedObjects(cfg config) int {
 	return n
 }
 
-// legacyGoalKind says how a goal of issue 17 is evaluated.
+// legacyGoalKind says how a goal of the legacy workloads is evaluated.
 type legacyGoalKind int
 
 const (
 	goalRatio      legacyGoalKind = iota // speed ratio to ref ≥ factor (goal.evaluate)
 	goalMiB                              // value ≤ limit MiB (goal.evaluate)
-	goalSeconds                          // seconds ≤ limit, only at the issue's object count
+	goalSeconds                          // seconds ≤ limit, only at the goal's object count
 	goalEfficiency                       // bound / measured ≥ factor
 )
 
-// legacyGoal is one target of issue 17.
+// legacyGoal is one performance target of the legacy workloads.
 type legacyGoal struct {
 	goal
 	kind legacyGoalKind
 }
 
-// findLimit is issue 17's find goal: 5× faster than the 55 s measured
-// before it, over findGoalFiles objects.
+// findLimit is the find goal in seconds, over findGoalFiles objects: 5×
+// faster than the 55 s an earlier fencefs took.
 const (
 	findLimit     = 11.0
 	findGoalFiles = 100000
 )
 
-// legacyGoals are the targets of issue 17.
+// legacyGoals are the performance targets of the legacy workloads.
 var legacyGoals = func() []legacyGoal {
 	ratio := func(desc, target, metric, ref string, factor float64) legacyGoal {
 		return legacyGoal{goal{desc: desc, target: target, metric: metric, ref: ref, factor: factor}, goalRatio}
@@ -93,7 +93,7 @@ func (r *results) legacyMarkdown(b *bytes.Buffer) {
 			defs = append(defs, d)
 		}
 	}
-	b.WriteString("## Workloads of legacy programs (issue 17, median of runs)\n\n")
+	b.WriteString("## Workloads of legacy programs (median of runs)\n\n")
 	b.WriteString("Real programs on each mount: bash loops of redirects and appends, `tar x`, `ls -l` and `find` of " +
 		"directories written by the raw client (on a second mount of a shared bucket, cold: the mount has not seen them). " +
 		"The raw client does the same with S3 calls; " + floorName + " is go-fuse's loopback filesystem over the work " +
@@ -139,7 +139,7 @@ func (r *results) legacyMarkdown(b *bytes.Buffer) {
 	r.boundsTable(b)
 	r.requestsTable(b, "S3 requests per operation of the legacy workloads (fencefs metrics, median of runs)", defs)
 
-	b.WriteString("## Goals (issue 17)\n\n")
+	b.WriteString("## Goals of the legacy workloads\n\n")
 	byKey := map[string]metricDef{}
 	for _, d := range append(metricDefs(cfg), legacyDefs(cfg)...) {
 		byKey[d.key] = d
@@ -292,8 +292,8 @@ func (r *results) boundsTable(b *bytes.Buffer) {
 	}
 }
 
-// evaluateLegacy evaluates a goal of issue 17 like evaluate: the measured
-// value and "✓", "✗" or "n/a".
+// evaluateLegacy evaluates a goal of the legacy workloads like evaluate:
+// the measured value and "✓", "✗" or "n/a".
 func (r *results) evaluateLegacy(g legacyGoal, defs map[string]metricDef) (string, string) {
 	switch g.kind {
 	case goalSeconds:

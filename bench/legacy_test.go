@@ -178,7 +178,7 @@ func TestBoundIsUnknownWithoutTheFloor(t *testing.T) {
 	}
 }
 
-func TestLegacyGoalsNeedTheIssuesCountsAndADurableTarget(t *testing.T) {
+func TestLegacyGoalsNeedTheirObjectCountsAndADurableTarget(t *testing.T) {
 	goalByMetric := func(kind legacyGoalKind, metric string) legacyGoal {
 		for _, g := range legacyGoals {
 			if g.kind == kind && g.metric == metric {
@@ -237,7 +237,7 @@ func TestLegacyReportShowsBoundsEfficiencyRequestsAndFailedWorkloads(t *testing.
 		requests: map[string]map[string]reqStat{mRedirect: {"put": {1, 0.001}, "get": {0.5, 0.001}}}})
 	md := r.markdown()
 	for _, want := range []string{
-		"## Workloads of legacy programs",
+		"## Workloads of legacy programs (median of runs)", "## Goals of the legacy workloads",
 		"| **fuse-floor** | 2000 |",
 		"fencefs-strict / s3fs | 4.00× |",
 		"| redirect | 10 × PUT | 1.00ms | 0.50ms | 1.50ms |",
@@ -250,8 +250,8 @@ func TestLegacyReportShowsBoundsEfficiencyRequestsAndFailedWorkloads(t *testing.
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
-	if strings.Contains(md, "## Goals (issue 8)") {
-		t.Error("report of legacy workloads only has issue 8's goals")
+	if strings.Contains(md, "## Goals of the basic workloads") {
+		t.Error("report of legacy workloads only has the goals of the basic workloads")
 	}
 	if got := strings.Join(r.problems(), "; "); got != "" {
 		t.Errorf("a peer that cannot append is a problem: %q", got)

@@ -24,8 +24,8 @@
 // the bucket when close(2) returns: the benchmark checks that with its own S3
 // client and marks targets where it is not so as "not durable at close".
 //
-// The workloads of legacy programs (issue 17) run the programs themselves
-// on each mount: a bash loop of `echo "payload $i" > d/f$i` (500 files) and
+// The workloads of legacy programs run the programs themselves on each
+// mount: a bash loop of `echo "payload $i" > d/f$i` (500 files) and
 // one of `>>` appends to them, tar x of the Go distribution's net/http
 // (-tar-dir), 8 shells running the redirect loop at once, and, on a second
 // mount of a bucket the raw client filled once in parallel, ls -l of a
@@ -41,8 +41,8 @@
 //
 // Runs are interleaved (run 1 of every target, then run 2 …) so that drift on
 // the machine spreads over all targets; the table shows medians, ratios to
-// the raw client and to each peer, and whether the performance goals of
-// issue 8 are met. -quick is a smoke run that takes well under two minutes.
+// the raw client and to each peer, and whether the performance goals are
+// met. -quick is a smoke run that takes well under two minutes.
 //
 // Everything the benchmark starts (gateway, mounts) is stopped on every path:
 // normal exit, error, and SIGINT/SIGTERM; a hung mount is killed and lazily
@@ -177,7 +177,7 @@ func defineFlags(fs *flag.FlagSet, c *config, r *rawFlags) {
 	fs.BoolVar(&c.FailOnError, "fail-on-error", false, "exit with status 1 when a target run fails or a target that promises durability at close breaks it (for smoke tests)")
 	fs.BoolVar(&c.Verbose, "v", false, "log every step")
 	fs.StringVar(&r.workloads, "workloads", "all", "comma-separated workloads to run (what they need is added): "+
-		strings.Join(workloadGroups["all"], ",")+"; or the groups basic (issue 8), legacy (issue 17), all")
+		strings.Join(workloadGroups["all"], ",")+"; or the groups basic (file and directory operations), legacy (bash, tar, ls, find), all")
 	fs.IntVar(&c.ShellFiles, "shell-files", 500, "files written by each bash redirect loop (and appended to)")
 	fs.IntVar(&c.Shells, "shells", 8, "parallel shells running the redirect loop")
 	fs.StringVar(&c.TarDir, "tar-dir", "", "directory tree archived, then extracted with tar x (default $(go env GOROOT)/src/net/http)")
@@ -187,23 +187,18 @@ func defineFlags(fs *flag.FlagSet, c *config, r *rawFlags) {
 
 // apply parses r into c and checks c's counts and sizes.
 func (r rawFlags) apply(c *config) error {
-	var err error
-	if c.LargeSize, err = parseSize(r.size); err != nil {
-		return fmt.Errorf("-size: %w", err)
+	if err := sizeFlag("size", r.size, &c.LargeSize); err != nil {
+		return err
 	}
-	ss, err := parseSize(r.smallSize)
-	if err != nil {
-		return fmt.Errorf("-small-size: %w", err)
+	if err := sizeFlag("small-size", r.smallSize, &c.SmallSize); err != nil {
+		return err
 	}
-	c.SmallSize = int(ss)
-	if c.PartSize, err = parseSize(r.partSize); err != nil {
-		return fmt.Errorf("-part-size: %w", err)
+	if err := sizeFlag("part-size", r.partSize, &c.PartSize); err != nil {
+		return err
 	}
-	ch, err := parseSize(r.chunk)
-	if err != nil {
-		return fmt.Errorf("-chunk: %w", err)
+	if err := sizeFlag("chunk", r.chunk, &c.WriteChunk); err != nil {
+		return err
 	}
-	c.WriteChunk = int(ch)
 	if c.Runs < 1 || c.SmallCount < 1 || c.SmallSize < 1 || c.RenameFiles < 1 || c.DirFiles < 1 ||
 		c.CheckEvery < 1 || c.RawThreads < 1 || c.WriteChunk < 1 || c.LargeSize < 1 ||
 		c.ShellFiles < 1 || c.Shells < 1 || c.ListFiles < 1 || c.FindFiles < 1 {
@@ -221,6 +216,7 @@ func (r rawFlags) apply(c *config) error {
 			c.Only = append(c.Only, name)
 		}
 	}
+	var err error
 	if c.Workloads, err = parseWorkloads(r.workloads); err != nil {
 		return fmt.Errorf("-workloads: %w", err)
 	}

@@ -103,7 +103,7 @@ func speedRatio(d metricDef, a, b float64) float64 {
 	return b / a
 }
 
-// goal is one performance target of issue 8, as a ratio or a limit.
+// goal is one performance target, as a ratio or a limit.
 type goal struct {
 	desc   string
 	target string
@@ -115,7 +115,8 @@ type goal struct {
 	limit  float64
 }
 
-// goals are the targets of issue 8 (measured on a 2-core machine).
+// goals are the performance targets of the basic workloads (set for a
+// 2-core machine).
 var goals = []goal{
 	{desc: "seq write strict ≥ 0.8× raw signed PUT", target: "fencefs-strict", metric: mSeqWrite, ref: "raw", factor: 0.8},
 	{desc: "seq read strict ≥ 0.8× raw GET", target: "fencefs-strict", metric: mSeqRead, ref: "raw", factor: 0.8},
@@ -335,7 +336,7 @@ func (r *results) methodMarkdown(b *bytes.Buffer) {
 		strings.Join(append([]string{"go run ./bench -bin bin/fencefs -gateway bin/versitygw"}, reproFlags(cfg)...), " "))
 }
 
-// basicMarkdown writes the tables of issue 8's workloads: medians, ratios
+// basicMarkdown writes the tables of the basic workloads: medians, ratios
 // to the raw client and to the peers, the goals, the S3 requests.
 func (r *results) basicMarkdown(b *bytes.Buffer, defs []metricDef, byKey map[string]metricDef) {
 	// Medians.
@@ -380,7 +381,7 @@ func (r *results) basicMarkdown(b *bytes.Buffer, defs []metricDef, byKey map[str
 	}
 	r.pairTable(b, speedDefs, pairs)
 
-	b.WriteString("## Goals (issue 8)\n\n")
+	b.WriteString("## Goals of the basic workloads\n\n")
 	rows = nil
 	for _, g := range goals {
 		v, m := r.evaluate(g, byKey)

@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-// basicWorkloads are the workloads of issue 8, in the order they run: the
-// names accepted by -workloads are their metric keys.
+// basicWorkloads are the file and directory operations, in the order they
+// run: the names accepted by -workloads are their metric keys.
 var basicWorkloads = []string{mSeqRead, mSeqWrite, mCreate, mStat, mReaddir, mRead, mRename, mRenameDir, mUnlink}
 
-// legacyWorkloads are the workloads of issue 17, run as a legacy program
-// does them (bash, tar, ls, find), in the order they run. lsl and find run
-// on a second mount of a bucket shared by every target (see listing.go).
+// legacyWorkloads are the workloads run as a legacy program does them
+// (bash, tar, ls, find), in the order they run. lsl and find run
+// on a second mount of a bucket shared by every target (see legacy.go).
 var legacyWorkloads = []string{wRedirect, wAppend, wTar, wParallel, wLsl, wFind}
 
 // workloadGroups are the names that stand for several workloads.

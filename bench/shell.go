@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Workload names of issue 17 (-workloads).
+// Names of the workloads of legacy programs (-workloads).
 const (
 	wRedirect = "redirect"
 	wAppend   = "append"

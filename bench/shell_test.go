@@ -34,6 +34,24 @@ func smallTree(t *testing.T) *tarball {
 	return tb
 }
 
+// checkLoops runs the redirect loop and the append loop of n files in the
+// existing directory sh with d, and checks each file as read reads it.
+func checkLoops(t *testing.T, d shellDriver, n int, read func(name string) ([]byte, error)) {
+	t.Helper()
+	if err := d.RedirectLoop(t.Context(), "sh", n); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AppendLoop(t.Context(), "sh", n); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		b, err := read(fmt.Sprintf("sh/f%d", i))
+		if want := payload(i) + appendLine(i); err != nil || string(b) != want {
+			t.Errorf("sh/f%d = %q, %v; want %q", i, b, err, want)
+		}
+	}
+}
+
 func TestShellWorkloadsWriteWhatTheProgramsWrite(t *testing.T) {
 	root := t.TempDir()
 	d := &fsDriver{root: root}
@@ -44,18 +62,7 @@ func TestShellWorkloadsWriteWhatTheProgramsWrite(t *testing.T) {
 		}
 	}
 	const n = 5
-	if err := d.RedirectLoop(ctx, "sh", n); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.AppendLoop(ctx, "sh", n); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < n; i++ {
-		b, err := os.ReadFile(filepath.Join(root, "sh", fmt.Sprintf("f%d", i)))
-		if want := payload(i) + appendLine(i); err != nil || string(b) != want {
-			t.Errorf("sh/f%d = %q, %v; want %q", i, b, err, want)
-		}
-	}
+	checkLoops(t, d, n, func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(root, name)) })
 	if got, err := d.ListLong(ctx, "sh"); err != nil || got != n {
 		t.Errorf("ls -l sh = %d, %v; want %d", got, err, n)
 	}
@@ -83,18 +90,7 @@ func TestRawClientDoesTheSameWorkloadsWithS3Calls(t *testing.T) {
 	e := &benchEnv{cfg: cfg, gw: gw, client: gw.Client()}
 	d := &s3Driver{env: e, bucket: gateway.NewBucket(t, gw)}
 	const n = 4
-	if err := d.RedirectLoop(ctx, "sh", n); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.AppendLoop(ctx, "sh", n); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < n; i++ {
-		b, err := d.ReadSmall(ctx, fmt.Sprintf("sh/f%d", i))
-		if want := payload(i) + appendLine(i); err != nil || string(b) != want {
-			t.Errorf("sh/f%d = %q, %v; want %q", i, b, err, want)
-		}
-	}
+	checkLoops(t, d, n, func(name string) ([]byte, error) { return d.ReadSmall(ctx, name) })
 	tb := smallTree(t)
 	if err := d.ExtractTar(ctx, tb, "tar"); err != nil {
 		t.Fatal(err)

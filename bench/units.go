@@ -43,3 +43,13 @@ func sizeString(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
+
+// sizeFlag parses s, the size given to the flag -name, into dst.
+func sizeFlag[T int | int64](name, s string, dst *T) error {
+	v, err := parseSize(s)
+	if err != nil {
+		return fmt.Errorf("-%s: %w", name, err)
+	}
+	*dst = T(v)
+	return nil
+}

@@ -180,8 +180,8 @@ type phase struct {
 }
 
 // mainPhases are the selected phases that run on the target run's own
-// bucket, in order: issue 8's, then the shell workloads; only the latter on
-// the FUSE floor.
+// bucket, in order: the basic workloads, then the shell workloads; only the
+// latter on the FUSE floor.
 func (w *workloads) mainPhases() []phase {
 	cfg := w.env.cfg
 	small := make([][]byte, cfg.SmallCount)
@@ -390,25 +390,66 @@ func (w *workloads) checked(i, n int) bool {
 	return i%w.env.cfg.CheckEvery == 0 || i == n-1
 }
 
-// opsRate runs op for i in [0,n) and returns operations per second over the
-// time spent in op only (durability checks run by after are not counted).
-func opsRate(ctx context.Context, n int, op func(i int) error, after func(i int)) (float64, error) {
+// opsRate runs op for i in [0,n) and records as metric key the operations
+// per second over the time spent in op only (durability checks run by after
+// are not counted).
+func (w *workloads) opsRate(ctx context.Context, key string, n int, op func(i int) error, after func(i int)) error {
 	var spent time.Duration
 	for i := 0; i < n; i++ {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return err
 		}
 		t0 := time.Now()
 		err := op(i)
 		spent += time.Since(t0)
 		if err != nil {
-			return 0, fmt.Errorf("op %d: %w", i, err)
+			return fmt.Errorf("op %d: %w", i, err)
 		}
 		if after != nil {
 			after(i)
 		}
 	}
-	return float64(n) / spent.Seconds(), nil
+	w.m.values[key] = float64(n) / spent.Seconds()
+	return nil
+}
+
+// moved are the n files of a rename workload: from(i) holds data before
+// the rename, to(i) after it.
+type moved struct {
+	n        int
+	data     []byte
+	from, to func(i int) string
+}
+
+// setupMove writes the files of a rename workload, all holding
+// smallContent(seed): n files named by fromFormat(i) in the new directory
+// dir, to be renamed to toFormat(i). The timed part starts when it returns.
+func (w *workloads) setupMove(ctx context.Context, dir, fromFormat, toFormat string, seed, n int) (moved, error) {
+	m := moved{
+		n:    n,
+		data: smallContent(seed, w.env.cfg.SmallSize),
+		from: func(i int) string { return fmt.Sprintf(fromFormat, i) },
+		to:   func(i int) string { return fmt.Sprintf(toFormat, i) },
+	}
+	if err := w.in.driver.Mkdir(ctx, dir); err != nil {
+		return m, err
+	}
+	for i := 0; i < n; i++ {
+		if err := w.in.driver.WriteSmall(ctx, m.from(i), m.data); err != nil {
+			return m, fmt.Errorf("setup: %w", err)
+		}
+	}
+	w.markStart(ctx)
+	return m, nil
+}
+
+// checkMoved checks, when file i gets a durability check, that it is at
+// its new name with its size and gone from the old one.
+func (w *workloads) checkMoved(ctx context.Context, m moved, i int) {
+	if w.checked(i, m.n) {
+		w.checkExists(ctx, m.to(i), int64(len(m.data)))
+		w.checkGone(ctx, m.from(i))
+	}
 }
 
 // create makes the small files: open(O_CREAT), write, close, each.
@@ -416,34 +457,24 @@ func (w *workloads) create(ctx context.Context, small [][]byte, name func(int) s
 	if err := w.in.driver.Mkdir(ctx, "small"); err != nil {
 		return err
 	}
-	rate, err := opsRate(ctx, len(small),
+	return w.opsRate(ctx, mCreate, len(small),
 		func(i int) error { return w.in.driver.WriteSmall(ctx, name(i), small[i]) },
 		func(i int) {
 			if w.checked(i, len(small)) {
 				w.checkExists(ctx, name(i), int64(len(small[i])))
 			}
 		})
-	if err != nil {
-		return err
-	}
-	w.m.values[mCreate] = rate
-	return nil
 }
 
 // stat looks every small file up and checks its size.
 func (w *workloads) stat(ctx context.Context, small [][]byte, name func(int) string) error {
-	rate, err := opsRate(ctx, len(small), func(i int) error {
+	return w.opsRate(ctx, mStat, len(small), func(i int) error {
 		size, err := w.in.driver.Stat(ctx, name(i))
 		if err == nil && size != int64(len(small[i])) {
 			err = fmt.Errorf("%s: size %d, want %d", name(i), size, len(small[i]))
 		}
 		return err
 	}, nil)
-	if err != nil {
-		return err
-	}
-	w.m.values[mStat] = rate
-	return nil
 }
 
 // readdir lists the directory of small files once (entries per second).
@@ -470,90 +501,49 @@ func (w *workloads) read(ctx context.Context, small [][]byte, name func(int) str
 		}
 	}
 	w.markStart(ctx)
-	rate, err := opsRate(ctx, len(small), func(i int) error {
+	return w.opsRate(ctx, mRead, len(small), func(i int) error {
 		b, err := w.in.driver.ReadSmall(ctx, name(i))
 		if err == nil && string(b) != string(small[i]) {
 			err = fmt.Errorf("%s: content differs (%d bytes read)", name(i), len(b))
 		}
 		return err
 	}, nil)
-	if err != nil {
-		return err
-	}
-	w.m.values[mRead] = rate
-	return nil
 }
 
 // rename renames RenameFiles freshly written files one by one.
 func (w *workloads) rename(ctx context.Context) error {
-	n := w.env.cfg.RenameFiles
-	d := w.in.driver
-	if err := d.Mkdir(ctx, "ren"); err != nil {
-		return err
-	}
-	data := smallContent(-1, w.env.cfg.SmallSize)
-	from := func(i int) string { return fmt.Sprintf("ren/a%05d", i) }
-	to := func(i int) string { return fmt.Sprintf("ren/b%05d", i) }
-	for i := 0; i < n; i++ {
-		if err := d.WriteSmall(ctx, from(i), data); err != nil {
-			return fmt.Errorf("setup: %w", err)
-		}
-	}
-	w.markStart(ctx)
-	rate, err := opsRate(ctx, n, func(i int) error { return d.Rename(ctx, from(i), to(i)) },
-		func(i int) {
-			if w.checked(i, n) {
-				w.checkExists(ctx, to(i), int64(len(data)))
-				w.checkGone(ctx, from(i))
-			}
-		})
+	m, err := w.setupMove(ctx, "ren", "ren/a%05d", "ren/b%05d", -1, w.env.cfg.RenameFiles)
 	if err != nil {
 		return err
 	}
-	w.m.values[mRename] = rate
-	return nil
+	return w.opsRate(ctx, mRename, m.n, func(i int) error { return w.in.driver.Rename(ctx, m.from(i), m.to(i)) },
+		func(i int) { w.checkMoved(ctx, m, i) })
 }
 
 // renameDir renames a directory holding DirFiles files (seconds), then
 // checks every object moved.
 func (w *workloads) renameDir(ctx context.Context) error {
-	n := w.env.cfg.DirFiles
-	d := w.in.driver
-	if err := d.Mkdir(ctx, "dir"); err != nil {
+	m, err := w.setupMove(ctx, "dir", "dir/f%05d", "dir2/f%05d", -2, w.env.cfg.DirFiles)
+	if err != nil {
 		return err
 	}
-	data := smallContent(-2, w.env.cfg.SmallSize)
-	for i := 0; i < n; i++ {
-		if err := d.WriteSmall(ctx, fmt.Sprintf("dir/f%05d", i), data); err != nil {
-			return fmt.Errorf("setup: %w", err)
-		}
-	}
-	w.markStart(ctx)
 	t0 := time.Now()
-	if err := d.RenameDir(ctx, "dir", "dir2", n); err != nil {
+	if err := w.in.driver.RenameDir(ctx, "dir", "dir2", m.n); err != nil {
 		return err
 	}
 	w.m.values[mRenameDir] = time.Since(t0).Seconds()
-	for i := 0; i < n; i++ {
-		if w.checked(i, n) {
-			w.checkExists(ctx, fmt.Sprintf("dir2/f%05d", i), int64(len(data)))
-			w.checkGone(ctx, fmt.Sprintf("dir/f%05d", i))
-		}
+	for i := 0; i < m.n; i++ {
+		w.checkMoved(ctx, m, i)
 	}
 	return nil
 }
 
 // unlink removes every small file.
 func (w *workloads) unlink(ctx context.Context, n int, name func(int) string) error {
-	rate, err := opsRate(ctx, n, func(i int) error { return w.in.driver.Remove(ctx, name(i)) },
+	return w.opsRate(ctx, mUnlink, n, func(i int) error { return w.in.driver.Remove(ctx, name(i)) },
 		func(i int) {
 			if w.checked(i, n) {
 				w.checkGone(ctx, name(i))
 			}
 		})
-	if err != nil {
-		return err
-	}
-	w.m.values[mUnlink] = rate
-	return nil
 }

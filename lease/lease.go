@@ -183,18 +183,25 @@ func Acquire(ctx context.Context, store objstore.Store, name string, opts Option
 	l.bg, l.cancelBG = context.WithCancel(context.Background())
 	go l.renewLoop()
 
+	if err := l.bindAndRecord(ctx, opts); err != nil {
+		return nil, err
+	}
+	l.log.Info("lease acquired", "how", l.acq.How, "previous_holder", l.acq.PrevHolder,
+		"previous_token", l.acq.PrevToken, "token", l.Token())
+	return l, nil
+}
+
+// bindAndRecord binds a fencing token for the lease just acquired, when
+// Options.Guard or Options.Bind is set, and records it in the lease object
+// (else the next renewal records it). On an error the lease is released.
+func (l *Lease) bindAndRecord(ctx context.Context, opts Options) error {
 	bind := opts.Bind
 	if opts.Guard != nil {
 		g := opts.Guard
 		bind = func(ctx context.Context) (uint64, error) { return g.Bind(ctx, 0) }
 	}
-	logAcquired := func() {
-		l.log.Info("lease acquired", "how", l.acq.How, "previous_holder", l.acq.PrevHolder,
-			"previous_token", l.acq.PrevToken, "token", l.Token())
-	}
 	if bind == nil {
-		logAcquired()
-		return l, nil
+		return nil
 	}
 	tok, err := l.bindToken(ctx, bind)
 	if err != nil {
@@ -203,20 +210,19 @@ func Acquire(ctx context.Context, store objstore.Store, name string, opts Option
 		if rerr := l.Release(rctx); rerr != nil && !errors.Is(rerr, ErrLost) {
 			l.log.Warn("releasing the lease after a failed bind", "err", rerr)
 		}
-		return nil, fmt.Errorf("lease %q: binding a fencing token: %w", name, err)
+		return fmt.Errorf("lease %q: binding a fencing token: %w", l.name, err)
 	}
 	if err := l.RecordToken(ctx, tok); err != nil {
 		if errors.Is(err, ErrLost) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
 			defer cancel()
 			_ = l.Release(rctx)
-			return nil, fmt.Errorf("lease %q: recording the token: %w", name, err)
+			return fmt.Errorf("lease %q: recording the token: %w", l.name, err)
 		}
 		// The renewer records it with its next renewal.
 		l.log.Warn("could not record the token yet; the next renewal will", "token", tok, "err", err)
 	}
-	logAcquired()
-	return l, nil
+	return nil
 }
 
 // acquire waits for the lease and writes it as ours.

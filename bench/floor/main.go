@@ -3,7 +3,7 @@
 // filesystem (the library fencefs uses) over a tmpfs directory, and the
 // same create+write+close of 4 KiB files the benchmark times. Its rate is
 // an upper bound for any go-fuse filesystem here; subtract its time per
-// file from a mount's to see what the mount adds (issue 8's notes).
+// file from a mount's to see what the mount adds.
 //
 //	go run ./bench/floor [-n 1000] [-runs 3] [-size 4096]
 //
