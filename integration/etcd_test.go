@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// End-to-end tests of `fencefs run --etcd` (issue 18): the real binary, real
+// End-to-end tests of `fencefs run --etcd`: the real binary, real
 // FUSE mounts, the real gateway and a real etcd (bin/etcd, built from
 // tools/etcd). The supervised COMMAND is the lease child of lease_test.go.
 

@@ -1,6 +1,6 @@
 package integration
 
-// Failover as the application sees it (GitHub issue 14 §1, §2): the new
+// Failover as the application sees it: the new
 // leader's first writes succeed even when it cached versions as a follower
 // that the old leader then replaced, and a write refused while fenced never
 // turns into a silent loss after the mount leads again.

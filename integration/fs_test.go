@@ -1,6 +1,6 @@
 package integration
 
-// The filesystem's operation table (GitHub issue 5) through the real
+// The filesystem's operation table through the real
 // binary: every POSIX operation fencefs implements, with the result or errno
 // it must end with, on an active mount, on a fenced mount and on a mount
 // without a token; each checked on the mount and in the bucket with a plain

@@ -24,7 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// End-to-end tests of `fencefs run` (issue 9): real binaries, real FUSE
+// End-to-end tests of `fencefs run` : real binaries, real FUSE
 // mounts, the real gateway. The COMMAND that `fencefs run` supervises is
 // this test binary re-executed in "lease child" mode (see init below): it
 // writes files through its mount and logs what happened, one line per

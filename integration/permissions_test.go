@@ -1,6 +1,6 @@
 package integration
 
-// Permissions for other users (GitHub issue 15 §1): a mount with
+// Permissions for other users: a mount with
 // --allow-other lets other users in, so the kernel must check every access
 // against the mode, owner and group fencefs stores (default_permissions).
 // Before, user nobody could read and append to a root-owned 0600 file.

@@ -1,6 +1,6 @@
 package integration
 
-// POSIX as legacy programs expect it (GitHub issue 15 §2), through the real
+// POSIX as legacy programs expect it, through the real
 // binary: special files stored as s3fs stores them, the ownership rules for
 // other users, and name limits. docs/POSIX.md has the pjdfstest figures.
 

@@ -1,6 +1,6 @@
 package integration
 
-// Rewrites as applications do them (GitHub issue 14 §3, §6): a kill -9 in
+// Rewrites as applications do them: a kill -9 in
 // the middle of a rewrite never leaves an emptied or truncated object, and
 // readers on another mount see whole versions without ESTALE storms.
 

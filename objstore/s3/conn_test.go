@@ -15,7 +15,7 @@ import (
 )
 
 // TestSequentialRequestsReuseOneConnection checks that the store keeps
-// connections alive (issue 8: a new TCP connection per request cost a third
+// connections alive (a new TCP connection per request costs a third
 // of a small PUT on the gateway): sequential PUTs (also refused ones),
 // HEADs, full GETs and DELETEs all run on the first connection.
 func TestSequentialRequestsReuseOneConnection(t *testing.T) {
