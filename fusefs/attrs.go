@@ -96,19 +96,25 @@ func (b *nodeBase) userXattrsAllowed() error {
 	return nil
 }
 
-// setattrNow stores the chmod, chown and utimens of a node without content
+// setattrNow applies the chmod, chown and utimens of a node without content
 // of its own to stage (a symlink, a special file: what names the kind in
-// errors) at once; a size change is EINVAL.
-func (b *nodeBase) setattrNow(ctx context.Context, in *fuse.SetAttrIn, what string) error {
+// errors) as a pending attribute change (attrwb.go); a size change is
+// EINVAL. fill then reports the attributes in out.
+func (b *nodeBase) setattrNow(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut, what string, fill func(*fuse.Attr)) syscall.Errno {
 	ctx, cancel := b.fsys.mutctx(ctx)
 	defer cancel()
+	var err error
 	if _, ok := in.GetSize(); ok {
-		return fmt.Errorf("%w: truncate of %s", errInvalid, what)
+		err = fmt.Errorf("%w: truncate of %s", errInvalid, what)
+	} else if mutate, ok := setattrMutation(ctx, in); ok {
+		err = b.deferAttr(ctx, mutate)
 	}
-	if mutate, ok := setattrMutation(ctx, in); ok {
-		return b.deferAttr(ctx, mutate)
+	if err != nil {
+		key, _ := b.key()
+		return b.fsys.errno("setattr", key, err)
 	}
-	return nil
+	fill(&out.Attr)
+	return 0
 }
 
 // updateMetaNow is the metaUpdate of nodes that keep no uncommitted

@@ -440,16 +440,22 @@ var _ = (fs.NodeUnlinker)((*dirNode)(nil))
 // (ESTALE if someone changed it since). A file that is still open keeps its
 // content: it is staged locally before the delete.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	key, err := d.writableChild("unlink", name)
+	return d.remove(ctx, "unlink", name, func(ctx context.Context, key string) error { return d.unlink(ctx, name, key) })
+}
+
+// remove runs the removal op of name (rm: given the child's key) and
+// notes it in the directory's listing state.
+func (d *dirNode) remove(ctx context.Context, op, name string, rm func(ctx context.Context, key string) error) syscall.Errno {
+	key, err := d.writableChild(op, name)
 	if err == nil {
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()
-		err = d.unlink(ctx, name, key)
+		err = rm(ctx, key)
 	}
 	if err == nil {
 		d.noteRemoval(name)
 	}
-	return d.fsys.errno("unlink", key, err)
+	return d.fsys.errno(op, key, err)
 }
 
 func (d *dirNode) unlink(ctx context.Context, name, key string) error {
@@ -505,16 +511,7 @@ var _ = (fs.NodeRmdirer)((*dirNode)(nil))
 // deleted conditioned on its version; an implicit directory has nothing to
 // delete.
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	key, err := d.writableChild("rmdir", name)
-	if err == nil {
-		ctx, cancel := d.fsys.mutctx(ctx)
-		defer cancel()
-		err = d.rmdir(ctx, name, key+"/")
-	}
-	if err == nil {
-		d.noteRemoval(name)
-	}
-	return d.fsys.errno("rmdir", key, err)
+	return d.remove(ctx, "rmdir", name, func(ctx context.Context, key string) error { return d.rmdir(ctx, name, key+"/") })
 }
 
 func (d *dirNode) rmdir(ctx context.Context, name, prefix string) error {

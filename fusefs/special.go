@@ -132,10 +132,5 @@ var _ = (fs.NodeSetattrer)((*specialNode)(nil))
 // Setattr stores chmod, chown and utimens (a self-copy of the empty
 // object). The kernel refuses truncation of special files before asking.
 func (n *specialNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if err := n.setattrNow(ctx, in, "a special file"); err != nil {
-		key, _ := n.key()
-		return n.fsys.errno("setattr", key, err)
-	}
-	n.fillAttr(&out.Attr)
-	return 0
+	return n.setattrNow(ctx, in, out, "a special file", n.fillAttr)
 }

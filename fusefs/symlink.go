@@ -110,10 +110,5 @@ var _ = (fs.NodeSetattrer)((*symlinkNode)(nil))
 
 // Setattr stores lchown and lutimes changes (self-copy of the object).
 func (n *symlinkNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if err := n.setattrNow(ctx, in, "a symlink"); err != nil {
-		key, _ := n.key()
-		return n.fsys.errno("setattr", key, err)
-	}
-	n.fillAttr(&out.Attr)
-	return 0
+	return n.setattrNow(ctx, in, out, "a symlink", n.fillAttr)
 }
