@@ -239,8 +239,9 @@ func TestParseTokenAcceptsNumbersAndAuto(t *testing.T) {
 	}
 }
 
-func TestGuessModeOnlyLeavesSymlinkSizesUnknown(t *testing.T) {
-	for size, want := range map[int64]uint32{0: syscall.S_IFREG, 1: 0, 4095: 0, 4096: syscall.S_IFREG, 1 << 30: syscall.S_IFREG} {
+func TestGuessModeCallsOnlyObjectsLargerThanASymlinkRegular(t *testing.T) {
+	// 0: a FIFO, socket or device node is an empty object.
+	for size, want := range map[int64]uint32{0: 0, 1: 0, 4095: 0, 4096: syscall.S_IFREG, 1 << 30: syscall.S_IFREG} {
 		if got := guessMode(size); got != want {
 			t.Errorf("guessMode(%d) = %o, want %o", size, got, want)
 		}

@@ -190,10 +190,12 @@ func (d *dirNode) livePrefix(ctx context.Context, prefix string, e objstore.Entr
 }
 
 // guessMode is the d_type of a listed object before its metadata is known:
-// a symlink's body is its target (1..4095 bytes), so any other size is a
-// regular file; in between it is unknown (0, DT_UNKNOWN) and readers stat.
+// a symlink's body is its target (1..4095 bytes) and a FIFO, socket or
+// device node is an empty object, so only a larger object is surely a
+// regular file; any other is unknown (0, DT_UNKNOWN) and readers stat it
+// (find -type f reported FIFOs as files when empty objects were DT_REG).
 func guessMode(size int64) uint32 {
-	if size == 0 || size > maxSymlinkTarget {
+	if size > maxSymlinkTarget {
 		return syscall.S_IFREG
 	}
 	return 0
