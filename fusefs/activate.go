@@ -149,12 +149,25 @@ func (fsys *filesystem) leaderSince() time.Time {
 // younger than MetaCacheTTL, or fetched while leading and younger than
 // LeaderCacheTTL.
 func (fsys *filesystem) fresh(fetched time.Time) bool {
-	age := time.Since(fetched)
-	if age < fsys.opts.MetaCacheTTL {
+	return fsys.freshFor(fetched, fsys.opts.MetaCacheTTL)
+}
+
+// negativeFresh reports whether a directory's name knowledge gained at
+// listed still answers lookups of absent names: younger than EntryTTL (the
+// kernel's promise for negative entries), or gained while leading and
+// younger than LeaderCacheTTL.
+func (fsys *filesystem) negativeFresh(listed time.Time) bool {
+	return fsys.freshFor(listed, fsys.opts.EntryTTL)
+}
+
+// freshFor is fresh with base instead of MetaCacheTTL.
+func (fsys *filesystem) freshFor(t time.Time, base time.Duration) bool {
+	age := time.Since(t)
+	if age < base {
 		return true
 	}
 	lead := fsys.leading()
-	return !lead.IsZero() && !fetched.Before(lead) && age < fsys.opts.LeaderCacheTTL
+	return !lead.IsZero() && !t.Before(lead) && age < fsys.opts.LeaderCacheTTL
 }
 
 // leaderTimeouts sets the kernel's entry and attribute timeouts of a reply

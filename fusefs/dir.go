@@ -377,7 +377,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	// The kernel looked the name up (absent: no object, marker or object
 	// below it) before asking, and the marker was created on absence: the
 	// new directory is known empty.
-	n.names.set(start, map[string]struct{}{})
+	n.names.set(start, map[string]struct{}{}, true)
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFDIR})
 	d.entryAdded(name)
 	n.fillAttr(&out.Attr)

@@ -60,6 +60,7 @@ type serveConfig struct {
 	MetaTTL          time.Duration
 	AttrTTL          time.Duration
 	EntryTTL         time.Duration
+	LeaderCacheTTL   time.Duration
 	TombstoneDeletes bool
 	Debug            bool
 }
@@ -100,7 +101,7 @@ func serveMain() int {
 	m, err := Mount(ctx, c.Mountpoint, Options{
 		Store: store, Guard: guard, Prefix: c.Prefix, FenceDomain: c.Domain, CacheDir: c.CacheDir,
 		UID: uint32(os.Getuid()), GID: uint32(os.Getgid()),
-		AttrTTL: c.AttrTTL, EntryTTL: c.EntryTTL, MetaCacheTTL: c.MetaTTL,
+		AttrTTL: c.AttrTTL, EntryTTL: c.EntryTTL, MetaCacheTTL: c.MetaTTL, LeaderCacheTTL: c.LeaderCacheTTL,
 		ReadOnly: c.ReadOnly, MaxDirRename: c.MaxDirRename, Logger: log, Debug: c.Debug,
 	})
 	if err != nil {

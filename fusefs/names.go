@@ -11,22 +11,25 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// maxKnownNames is the largest directory whose listing is kept to answer
-// lookups of absent names, and refreshed with one LIST when it expires: one
-// page of a ListObjectsV2 response.
-const maxKnownNames = 1000
+// maxRefreshNames is the largest directory whose name knowledge a lookup
+// renews with one LIST when it expired: one page of a ListObjectsV2
+// response. A larger directory's knowledge comes only from a full listing
+// (readdir) and is used while fresh.
+const maxRefreshNames = 1000
 
-// maxOwnNames bounds the names this mount remembers creating in one
-// directory (about 100 bytes each); past it the directory's knowledge is
+// maxKnownNames bounds the names kept for one directory, listed or created
+// by this mount (about 100 bytes each); past it the directory's knowledge is
 // dropped and lookups ask the store.
-const maxOwnNames = 100_000
+const maxKnownNames = 100_000
 
 // dirNames is what this mount knows of the names in one directory: every
 // name its last listing showed (files, tombstones and subdirectories alike)
 // plus every name this mount created there since. A lookup of a name that is
-// not in the set, while the knowledge is younger than Options.EntryTTL, is
-// answered ENOENT without a request: creating files in a directory costs no
-// HEAD/LIST per file. It is the kernel's promise for negative
+// not in the set, while the knowledge is younger than Options.EntryTTL (or
+// LeaderCacheTTL, for knowledge gained while leading: no other fencefs
+// writer creates names meanwhile), is answered ENOENT without a request:
+// creating files in a directory costs no HEAD/LIST per file, also in a
+// directory of many thousands. It is the kernel's promise for negative
 // entries (a name found absent is believed absent for EntryTTL), with the
 // absence of every unlisted name established by one listing instead of one
 // lookup each; never a weaker write condition: a create is still
@@ -76,14 +79,15 @@ func (k *dirNames) removed() {
 	k.ents = nil
 }
 
-// set records a listing started at at.
-func (k *dirNames) set(at time.Time, names map[string]struct{}) {
+// set records a listing started at at; complete is false when it stopped
+// before the end (then nothing is known).
+func (k *dirNames) set(at time.Time, names map[string]struct{}, complete bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if at.Before(k.at) {
 		return // an older listing finishing late
 	}
-	k.at, k.names, k.big = at, names, len(names) > maxKnownNames
+	k.at, k.names, k.big = at, names, !complete || len(names) > maxKnownNames
 	if k.big {
 		k.names, k.own = nil, nil
 	}
@@ -111,22 +115,23 @@ func (k *dirNames) add(name string) {
 		k.own = map[string]struct{}{}
 	}
 	k.own[name] = struct{}{}
-	if len(k.own) > maxOwnNames {
+	if len(k.own)+len(k.names) > maxKnownNames {
 		k.names, k.own, k.big = nil, nil, true
 	}
 }
 
-// absent reports whether name is known to be absent as of less than ttl
-// ago. fresh reports whether the knowledge itself is that young; refresh
-// whether a stale one is worth renewing with a listing.
-func (k *dirNames) absent(name string, ttl time.Duration) (absent, fresh, refresh bool) {
+// absent reports whether name is known to be absent by knowledge that
+// young(when it was listed) accepts. fresh reports whether the knowledge is
+// that young; refresh whether a stale one is worth renewing with a listing
+// (a small directory).
+func (k *dirNames) absent(name string, young func(time.Time) bool) (absent, fresh, refresh bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.names == nil {
 		return false, false, !k.big && !k.at.IsZero()
 	}
-	if time.Since(k.at) >= ttl {
-		return false, false, true
+	if !young(k.at) {
+		return false, false, len(k.names) <= maxRefreshNames
 	}
 	_, listed := k.names[name]
 	_, created := k.own[name]
@@ -134,23 +139,24 @@ func (k *dirNames) absent(name string, ttl time.Duration) (absent, fresh, refres
 }
 
 // listNames lists the raw names directly below prefix (one LIST with
-// delimiter "/"), stopping after maxKnownNames+1 names. Hidden and invalid
-// names are left out: lookups never reach the store for them.
-func (fsys *filesystem) listNames(ctx context.Context, prefix string) (map[string]struct{}, error) {
-	names := map[string]struct{}{}
-	err := fsys.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
+// delimiter "/"), stopping after maxRefreshNames+1 names (complete false).
+// Hidden and invalid names are left out: lookups never reach the store for
+// them.
+func (fsys *filesystem) listNames(ctx context.Context, prefix string) (names map[string]struct{}, complete bool, err error) {
+	names = map[string]struct{}{}
+	err = fsys.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
 		if name, ok := fsys.listedName(prefix, e.Key, e.IsPrefix); ok {
 			names[name] = struct{}{}
-			if len(names) > maxKnownNames {
+			if len(names) > maxRefreshNames {
 				return errStopList
 			}
 		}
 		return nil
 	})
 	if errors.Is(err, errStopList) {
-		err = nil
+		return names, false, nil
 	}
-	return names, err
+	return names, err == nil, err
 }
 
 // listedName is the directory entry name of a listed key below prefix, or
@@ -170,8 +176,8 @@ func (fsys *filesystem) listedName(prefix, key string, isPrefix bool) (string, b
 // knowledge, renewing it with one LIST when it expired and the directory is
 // small. It reports false whenever the store must be asked.
 func (d *dirNode) knownAbsent(ctx context.Context, name string) bool {
-	ttl := d.fsys.opts.EntryTTL
-	absent, fresh, refresh := d.names.absent(name, ttl)
+	young := d.fsys.negativeFresh
+	absent, fresh, refresh := d.names.absent(name, young)
 	if fresh || !refresh {
 		return absent
 	}
@@ -180,11 +186,11 @@ func (d *dirNode) knownAbsent(ctx context.Context, name string) bool {
 		return false
 	}
 	start := time.Now()
-	names, err := d.fsys.listNames(ctx, prefix)
+	names, complete, err := d.fsys.listNames(ctx, prefix)
 	if err != nil {
 		return false // the lookup itself reports the store's error
 	}
-	d.names.set(start, names)
-	absent, _, _ = d.names.absent(name, ttl)
+	d.names.set(start, names, complete)
+	absent, _, _ = d.names.absent(name, young)
 	return absent
 }

@@ -124,3 +124,50 @@ func TestAbsentNameKnowledgeExpiresWithTheEntryTTL(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestABigDirectorysListingAnswersLookupsOfAbsentNames checks that a
+// directory of more names than one LIST page still answers lookups of
+// names its full listing (readdir) did not show without asking the store:
+// an object another client writes afterwards stays invisible inside the
+// entry TTL. Creating files in a big existing directory costs no lookup
+// requests.
+func TestABigDirectorysListingAnswersLookupsOfAbsentNames(t *testing.T) {
+	k := newKT(t, 2*time.Minute)
+	for i := 0; i < maxRefreshNames+50; i++ {
+		k.putObject(t, fmt.Sprintf("big/f%05d", i), []byte("x"), nil)
+	}
+	m := k.mount(serveConfig{Token: 1, EntryTTL: time.Hour})
+	dir, err := os.Open(m.Path("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil || len(names) != maxRefreshNames+50 {
+		t.Fatalf("readdir: %d names, %v", len(names), err)
+	}
+	k.putObject(t, "big/late", []byte("late"), nil)
+	if _, err := os.Stat(m.Path("big/late")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat big/late after the listing: %v; want ENOENT answered from the listing", err)
+	}
+	if b, err := os.ReadFile(m.Path("big/f00007")); err != nil || string(b) != "x" {
+		t.Fatalf("read a listed name = %q, %v", b, err)
+	}
+}
+
+// TestALeadersAbsentNameKnowledgeLastsTheLeaderCacheTTL checks that name
+// knowledge gained while leading outlives the entry TTL (no other fencefs
+// writer can create names meanwhile) for LeaderCacheTTL.
+func TestALeadersAbsentNameKnowledgeLastsTheLeaderCacheTTL(t *testing.T) {
+	k := newKT(t, 2*time.Minute)
+	const entryTTL = 200 * time.Millisecond
+	m := k.mount(serveConfig{Token: 1, EntryTTL: entryTTL, MetaTTL: entryTTL, LeaderCacheTTL: time.Hour})
+	if err := os.Mkdir(m.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k.putObject(t, "d/outside", []byte("written outside fencefs"), nil)
+	time.Sleep(3 * entryTTL) // past the entry TTL: only the leader's trust can answer now
+	if _, err := os.Stat(m.Path("d/outside")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat d/outside past the entry TTL while leading: %v; want ENOENT from the leader's knowledge", err)
+	}
+}

@@ -116,7 +116,7 @@ func (d *dirNode) list(ctx context.Context, prefix string) ([]fuse.DirEntry, err
 	if err != nil {
 		return nil, err
 	}
-	d.names.set(listed, names)
+	d.names.set(listed, names, true)
 
 	live := make([]bool, len(objs)+len(dirs))
 	var g errgroup.Group
