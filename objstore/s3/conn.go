@@ -31,12 +31,13 @@ import (
 // trace callbacks).
 type idleConn struct {
 	net.Conn
-	idle time.Duration
+	base time.Duration // Config.IdleTimeout
 
 	mu      sync.Mutex
-	active  bool      // a request holds the connection; GUARDED_BY(mu)
-	gen     uint64    // requests that took it so far; GUARDED_BY(mu)
-	armedAt time.Time // when the deadlines were last renewed; GUARDED_BY(mu)
+	idle    time.Duration // the current request's idle timeout; GUARDED_BY(mu)
+	active  bool          // a request holds the connection; GUARDED_BY(mu)
+	gen     uint64        // requests that took it so far; GUARDED_BY(mu)
+	armedAt time.Time     // when the deadlines were last renewed; GUARDED_BY(mu)
 	// queued is the send queue seen at the last deadline that passed (-1:
 	// none since bytes last moved through Read or Write); GUARDED_BY(mu)
 	queued int
@@ -51,7 +52,17 @@ type idleConn struct {
 }
 
 func newIdleConn(c net.Conn, idle time.Duration) *idleConn {
-	return &idleConn{Conn: c, idle: idle, queued: -1}
+	return &idleConn{Conn: c, base: idle, idle: idle, queued: -1}
+}
+
+// idleKey is the context key of a request's own idle timeout (withIdle).
+type idleKey struct{}
+
+// withIdle gives the requests made with ctx the idle timeout d instead of
+// Config.IdleTimeout: for a request the server may answer only after long
+// work that moves no byte (CompleteMultipartUpload of a large object).
+func withIdle(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, idleKey{}, d)
 }
 
 // renew moves both deadlines to now+idle while a request holds the
@@ -87,10 +98,15 @@ func (c *idleConn) moved(n int, wrote bool) {
 	c.renew()
 }
 
-// activate marks the connection taken by a request and returns the
-// request's generation, for deactivate.
-func (c *idleConn) activate() uint64 {
+// activate marks the connection taken by a request whose idle timeout is
+// idle (0: Config.IdleTimeout) and returns the request's generation, for
+// deactivate.
+func (c *idleConn) activate(idle time.Duration) uint64 {
 	c.mu.Lock()
+	c.idle = c.base
+	if idle > 0 {
+		c.idle = idle
+	}
 	c.active = true
 	c.gen++
 	gen := c.gen
@@ -229,10 +245,11 @@ func (t tracking) RoundTrip(req *http.Request) (*http.Response, error) {
 	var mu sync.Mutex
 	var conn *idleConn
 	var gen uint64
+	idle, _ := req.Context().Value(idleKey{}).(time.Duration)
 	trace := &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
 			if c := asIdleConn(info.Conn); c != nil {
-				g := c.activate()
+				g := c.activate(idle)
 				mu.Lock()
 				conn, gen = c, g
 				mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"syscall"
@@ -57,7 +58,7 @@ func dialIdle(t *testing.T, addr string, idle time.Duration) *idleConn {
 	}
 	c := newIdleConn(raw, idle)
 	t.Cleanup(func() { c.Close() })
-	c.activate()
+	c.activate(0)
 	return c
 }
 
@@ -163,8 +164,56 @@ func TestIdleConnWaitsInThePoolWithoutADeadline(t *testing.T) {
 	if err := <-read; err != nil {
 		t.Fatalf("read after waiting in the pool: %v", err)
 	}
-	c.activate()
+	c.activate(0)
 	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read by a request with nothing coming: %v, want the idle timeout", err)
+	}
+}
+
+// TestARequestsOwnIdleTimeoutOutlastsASilentServer checks withIdle: a
+// server that works silently for longer than Config.IdleTimeout before it
+// answers (a CompleteMultipartUpload assembling a large object) fails a
+// request with the connection's idle timeout, and not one given a longer
+// one of its own; the next request has the connection's again.
+func TestARequestsOwnIdleTimeoutOutlastsASilentServer(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(4 * idle) // silent work
+		_, _ = w.Write([]byte("done"))
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	client := &http.Client{Transport: tracking{base: &http.Transport{DialContext: dialer(time.Second, idle)}}}
+	get := func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return err
+	}
+	cases := []struct {
+		name    string
+		ctx     context.Context
+		timeout bool
+	}{
+		{"the connection's idle timeout", context.Background(), true},
+		{"the request's own, longer one", withIdle(context.Background(), 20*idle), false},
+		{"the connection's again", context.Background(), true},
+	}
+	for _, tc := range cases {
+		err := get(tc.ctx)
+		if got := err != nil && errors.Is(err, os.ErrDeadlineExceeded); got != tc.timeout {
+			t.Errorf("%s: err = %v, want a timeout: %v", tc.name, err, tc.timeout)
+		}
 	}
 }

@@ -165,9 +165,10 @@ type Config struct {
 	// once no byte has moved to or from the server for this long — a
 	// black hole, a stopped server. There is no limit on a request's
 	// total time: a slow upload that keeps moving never times out. 0 means
-	// DefaultIdleTimeout. A server that works longer than this before it
-	// answers (a very large CompleteMultipartUpload on a slow backend)
-	// needs a larger value.
+	// DefaultIdleTimeout. A CompleteMultipartUpload, which a server may
+	// answer only after assembling the parts, gets this plus a second per
+	// 20 MiB of the object (completeIdle). A server that works longer than
+	// that before it answers needs a larger value.
 	IdleTimeout time.Duration
 	// ProbeTimeout bounds the probe a call waits for while the storage is
 	// known down (see the package documentation); 0 means 1 s.

@@ -64,7 +64,7 @@ func (s *Store) CompleteUpload(ctx context.Context, key, uploadID string, parts 
 		cps[i] = minio.CompletePart{PartNumber: p.Number, ETag: p.ETag}
 		size += p.Size
 	}
-	etag, err := s.complete(ctx, key, uploadID, cps, cond)
+	etag, err := s.complete(ctx, key, uploadID, cps, size, cond)
 	if err != nil {
 		return objstore.ObjectInfo{}, err
 	}
