@@ -10,8 +10,9 @@ package fusefs
 // carries them.
 //
 // The durability point (docs/DESIGN.md "Attribute changes"): the change is
-// in the bucket when fsync(2) of the file returns success, when a later
-// close(2) that committed the file returns, when a rename of it returns,
+// in the bucket when fsync(2) of the file or directory returns success,
+// when close(2) of a descriptor of the file opened for writing returns
+// success (a reader's close leaves it to the delay), when a rename returns,
 // at unmount, and otherwise within Options.AttrWriteback. The call itself
 // checks everything that can be checked without the store — permissions
 // and ownership rules, the mount's known fence state (EROFS at once when

@@ -28,13 +28,13 @@ func (n *fileNode) commit(ctx context.Context) error {
 	return n.commitLocked(ctx)
 }
 
-// sync stores everything of the node the bucket does not have yet: the
-// content changes (commit), then a pending attribute change (attrwb.go).
-// Its error is what close(2) and fsync(2) report.
-func (n *fileNode) sync(ctx context.Context) error {
+// sync stores what the bucket does not have yet of the node: the content
+// changes (commit), then, with attrs, a pending attribute change
+// (attrwb.go). Its error is what close(2) and fsync(2) report.
+func (n *fileNode) sync(ctx context.Context, attrs bool) error {
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
-	if err := n.commitLocked(ctx); err != nil {
+	if err := n.commitLocked(ctx); err != nil || !attrs {
 		return err
 	}
 	return n.storePendingAttrLocked(ctx)

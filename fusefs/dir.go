@@ -318,7 +318,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
 	d.entryAdded(name)
 	n.fillAttr(&out.Attr)
-	return ch, &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0}, 0, 0
+	return ch, &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0, writable: true}, 0, 0
 }
 
 var _ = (fs.NodeMknoder)((*dirNode)(nil))

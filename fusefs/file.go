@@ -198,7 +198,8 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	}
 	n.keepETag = etag
 	n.mu.Unlock()
-	h := &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0, keepCache: fuseFlags&fuse.FOPEN_KEEP_CACHE != 0}
+	h := &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0, keepCache: fuseFlags&fuse.FOPEN_KEEP_CACHE != 0,
+		writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
 	if flags&syscall.O_TRUNC != 0 {
 		if err := n.truncateAt(ctx, 0, true); err != nil {
 			n.releaseHandle(h)

@@ -23,6 +23,10 @@ type fileHandle struct {
 	// that offset would overwrite the other mount's bytes. Such writes go to
 	// the end of the staged content instead.
 	appending bool
+	// writable: opened for writing. Only its close stores a pending
+	// attribute change (attrwb.go): a reader's close(2) never reports the
+	// failure of a chmod it did not make.
+	writable bool
 
 	mu sync.Mutex
 	rd *reader // GUARDED_BY(mu): ranged reads from the store, created on first read
@@ -165,7 +169,7 @@ func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	}
 	ctx, cancel := h.node.fsys.mutctx(ctx)
 	defer cancel()
-	if err := h.node.sync(ctx); err != nil {
+	if err := h.node.sync(ctx, h.writable); err != nil {
 		k, _ := h.node.key()
 		return h.node.fsys.errno("flush", k, err)
 	}
@@ -179,7 +183,7 @@ var _ = (fs.FileFsyncer)((*fileHandle)(nil))
 func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	ctx, cancel := h.node.fsys.mutctx(ctx)
 	defer cancel()
-	if err := h.node.sync(ctx); err != nil {
+	if err := h.node.sync(ctx, true); err != nil {
 		k, _ := h.node.key()
 		return h.node.fsys.errno("fsync", k, err)
 	}

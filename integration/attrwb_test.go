@@ -2,6 +2,7 @@ package integration
 
 import (
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -119,7 +120,7 @@ func TestAttributeChangesAfterCloseShareOneCommitAndAreStoredSoon(t *testing.T) 
 	t.Logf("PUT requests for 5 attribute calls on 2 nodes: %d deferred, %d each at once", puts["1s"], puts["0"])
 }
 
-func TestPendingAttributeChangeIsStoredByFsyncRenameAndUnmount(t *testing.T) {
+func TestPendingAttributeChangeIsStoredByFsyncWriterCloseRenameAndUnmount(t *testing.T) {
 	gw := gateway.ForTest(t)
 	bucket := gateway.NewBucket(t, gw)
 	// A delay far longer than the test: only fsync, rename and unmount
@@ -137,10 +138,25 @@ func TestPendingAttributeChangeIsStoredByFsyncRenameAndUnmount(t *testing.T) {
 	if err := os.Chmod(e.fs.Path("f"), 0o640); err != nil {
 		t.Fatal(err)
 	}
+	// A reader's close does not store it (nor report its failure).
+	if b, err := os.ReadFile(e.fs.Path("f")); err != nil || string(b) != "f" {
+		t.Fatalf("read f = %q, %v", b, err)
+	}
+	wantMetaValue(t, e, "f", "mode", strconv.Itoa(syscall.S_IFREG|0o644))
 	if err := fsyncPath(e.fs.Path("f")); err != nil {
 		t.Fatalf("fsync: %v", err)
 	}
 	wantMetaValue(t, e, "f", "mode", strconv.Itoa(syscall.S_IFREG|0o640))
+
+	// A writer's close does: touch of an existing file (futimens on a
+	// descriptor opened for writing, nothing written).
+	if err := os.Chmod(e.fs.Path("f"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("touch", e.fs.Path("f")).CombinedOutput(); err != nil {
+		t.Fatalf("touch: %v: %s", err, out)
+	}
+	wantMetaValue(t, e, "f", "mode", strconv.Itoa(syscall.S_IFREG|0o600))
 
 	if err := os.Chmod(e.fs.Path("g"), 0o604); err != nil {
 		t.Fatal(err)
