@@ -214,8 +214,10 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		fillEntry(ch, out)
 		return ch, 0
 	}
+	start := time.Now()
 	r, err := d.fsys.resolve(ctx, key)
 	if errors.Is(err, objstore.ErrNotFound) {
+		d.names.probed(start)
 		if ch := d.heldChild(name); ch != nil {
 			fillEntry(ch, out)
 			return ch, 0

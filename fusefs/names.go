@@ -93,6 +93,20 @@ func (k *dirNames) set(at time.Time, names map[string]struct{}, complete bool) {
 	}
 }
 
+// probed records that a lookup which began at at found a name absent in a
+// directory this mount knows nothing of: programs that look up one absent
+// name look up many (a shell loop of creates, tar x into an existing
+// directory), so the next lookup of an absent name renews the knowledge
+// with one LIST page (knownAbsent), and names this mount creates from now
+// on are kept. A directory of more than a page then stays unknown (big).
+func (k *dirNames) probed(at time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.at.IsZero() && !k.big {
+		k.at = at
+	}
+}
+
 // forget drops everything known (the mount became the leader: see
 // activate.go).
 func (k *dirNames) forget() {

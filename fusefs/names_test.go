@@ -171,3 +171,26 @@ func TestALeadersAbsentNameKnowledgeLastsTheLeaderCacheTTL(t *testing.T) {
 		t.Fatalf("stat d/outside past the entry TTL while leading: %v; want ENOENT from the leader's knowledge", err)
 	}
 }
+
+// TestAnAbsentNameMakesTheNextLookupLearnTheDirectory checks that in a
+// directory the mount has never listed, the first lookup of an absent name
+// asks the store and the next one learns the directory's names with one
+// listing: from then on an object another client writes stays invisible
+// inside the entry TTL (no request per lookup), as after a readdir.
+func TestAnAbsentNameMakesTheNextLookupLearnTheDirectory(t *testing.T) {
+	k := newKT(t, 2*time.Minute)
+	k.putObject(t, "d/a", []byte("a"), nil)
+	m := k.mount(serveConfig{Token: 1, EntryTTL: time.Hour})
+	for _, name := range []string{"x1", "x2"} {
+		if _, err := os.Stat(m.Path("d/" + name)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("stat d/%s: %v; want ENOENT", name, err)
+		}
+	}
+	k.putObject(t, "d/late", []byte("late"), nil)
+	if _, err := os.Stat(m.Path("d/late")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat d/late after two absent names: %v; want ENOENT answered from the learned listing", err)
+	}
+	if b, err := os.ReadFile(m.Path("d/a")); err != nil || string(b) != "a" {
+		t.Fatalf("read d/a = %q, %v", b, err)
+	}
+}
