@@ -231,13 +231,25 @@ func (b *nodeBase) storePendingAttrLocked(ctx context.Context) error {
 	}
 	key, _ := b.key()
 	b.revertAttrLocked()
+	b.fsys.metrics.attrWritebackFailures.Inc()
 	if errors.Is(err, objstore.ErrNotFound) {
-		b.fsys.log.Debug("attribute change of a removed node dropped", "key", key, "err", err)
+		// Not removed or renamed by this mount (those drop or carry
+		// the change): the object went away behind its back, or the
+		// kernel forgot the node (memory pressure, a change of
+		// leadership's cache drop) before the change was stored.
+		b.fsys.log.Warn("an acknowledged chmod/chown/utimens is dropped: its node is gone", "key", key, "err", err)
 		return nil
 	}
-	b.fsys.metrics.attrWritebackFailures.Inc()
 	b.fsys.log.Warn("an acknowledged chmod/chown/utimens could not be stored and is dropped", "key", key, "err", err)
 	return err
+}
+
+// dropPendingAttr forgets a pending attribute change of a node this mount
+// removed or replaced.
+func (b *nodeBase) dropPendingAttr() {
+	b.mu.Lock()
+	b.attrPending = false
+	b.mu.Unlock()
 }
 
 // revertAttrLocked shows the stored attributes again and makes the next

@@ -449,6 +449,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 // notes it in the directory's listing state.
 func (d *dirNode) remove(ctx context.Context, op, name string, rm func(ctx context.Context, key string) error) syscall.Errno {
 	key, err := d.writableChild(op, name)
+	ch := d.GetChild(name)
 	if err == nil {
 		ctx, cancel := d.fsys.mutctx(ctx)
 		defer cancel()
@@ -456,6 +457,11 @@ func (d *dirNode) remove(ctx context.Context, op, name string, rm func(ctx conte
 	}
 	if err == nil {
 		d.noteRemoval(name)
+		if ch != nil {
+			if b := baseOf(ch); b != nil {
+				b.dropPendingAttr() // removed: nothing left to store it on
+			}
+		}
 	}
 	return d.fsys.errno(op, key, err)
 }

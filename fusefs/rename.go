@@ -165,6 +165,7 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 		sf.mu.Unlock()
 	}
 	if dst != nil && db != sb {
+		db.dropPendingAttr() // replaced: nothing left to store it on
 		switch n := dst.Operations().(type) {
 		case *fileNode:
 			n.markUnlinked()

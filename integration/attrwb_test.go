@@ -229,3 +229,38 @@ func TestKillDuringAttributeWritebackLeavesTheObjectWhole(t *testing.T) {
 		t.Errorf("after the kill a new mount reads %d bytes, %v; want the %d closed", len(got), err, len(body))
 	}
 }
+
+func TestAttributeChangeOfANodeRemovedHereIsDroppedQuietly(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	addr := metricsAddr(t)
+	a := harness.Mount(t, gw, bucket, "--token", "5", "--attr-writeback", "200ms", "--metrics-addr", addr)
+	if err := writeClose(a.Path("f"), os.O_CREATE|os.O_WRONLY, []byte("f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{a.Path("f"), a.Path("d")} {
+		if err := os.Chmod(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(a.Path("f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(a.Path("d")); err != nil {
+		t.Fatal(err)
+	}
+	// Past the delay (generous margin): the writeback found nothing to
+	// store and counted no failure.
+	pollMetric(t, addr, "fencefs_fuse_attr_writeback_pending", "0", 10*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	_, body := harness.Scrape(t, "http://"+addr+"/metrics")
+	if got := metricLine(body, "fencefs_fuse_attr_writeback_failures_total"); got != "0" {
+		t.Errorf("attr_writeback_failures_total = %q after removing the nodes, want 0", got)
+	}
+	if strings.Contains(a.Log(), "chmod/chown/utimens") {
+		t.Errorf("the mount warned of a dropped change of a node it removed:\n%s", a.Log())
+	}
+}
