@@ -18,10 +18,12 @@ package fusefs
 // and ownership rules, the mount's known fence state (EROFS at once when
 // it knows it is fenced), the metadata size — so what it acknowledges can
 // only fail later if the storage refuses it (a newer leader fenced this
-// one: the change is then dropped like any write of a fenced leader) or
-// cannot be reached; that is logged, counted in
-// fencefs_fuse_attr_writeback_failures_total, and the node shows the
-// stored attributes again. A crash (kill -9) in the window loses the
+// one: the change is then dropped like any write of a fenced leader); that
+// is logged, counted in fencefs_fuse_attr_writeback_failures_total, and the
+// node shows the stored attributes again. A storage that does not answer
+// fails the fsync or close that asked (EIO) but keeps the change pending,
+// tried again after each delay until it is stored (or unmount gives up).
+// A crash (kill -9) in the window loses the
 // attribute change, never content: the object keeps its stored version.
 
 import (
@@ -32,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sync/errgroup"
@@ -222,14 +225,22 @@ func (b *nodeBase) storePendingAttrLocked(ctx context.Context) error {
 	err := b.updateMetaRemote(ctx, func(*posixAttr) error { return nil })
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.attrPending = false
-	if err == nil {
+	key, _ := b.key()
+	switch {
+	case err == nil:
 		if fn, ok := b.ino.Operations().(*fileNode); ok {
 			fn.keepETag = b.info.ETag
 		}
 		return nil
+	case errors.Is(err, objstore.ErrUnavailable) && !errors.Is(err, fencing.ErrFenced):
+		// The storage does not answer: the change stays pending and is
+		// tried again after the delay (if this attempt landed unseen,
+		// the next one is refused and the node reads the bucket again).
+		// The caller (fsync, close) still gets the error.
+		b.fsys.attrwb.schedule(b)
+		b.fsys.log.Warn("an acknowledged chmod/chown/utimens is not stored yet: the storage does not answer; it is tried again", "key", key, "err", err)
+		return err
 	}
-	key, _ := b.key()
 	b.revertAttrLocked()
 	b.fsys.metrics.attrWritebackFailures.Inc()
 	if errors.Is(err, objstore.ErrNotFound) {

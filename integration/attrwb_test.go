@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"strconv"
@@ -262,5 +263,39 @@ func TestAttributeChangeOfANodeRemovedHereIsDroppedQuietly(t *testing.T) {
 	}
 	if strings.Contains(a.Log(), "chmod/chown/utimens") {
 		t.Errorf("the mount warned of a dropped change of a node it removed:\n%s", a.Log())
+	}
+}
+
+// TestPendingAttributeChangeSurvivesAnOutage cuts the network between the
+// mount and the storage after a chmod: fsync reports EIO, the mount keeps
+// showing the change, and once the network is back it is stored by itself
+// and nothing is counted as lost.
+func TestPendingAttributeChangeSurvivesAnOutage(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	proxy := harness.NewProxy(t, gw.Addr)
+	addr := metricsAddr(t)
+	a := harness.Mount(t, gw, bucket, "--endpoint", proxy.Endpoint(), "--token", "5",
+		"--attr-writeback", "300ms", "--metrics-addr", addr)
+	e := &fsEnv{gw: gw, bucket: bucket, fs: a}
+	if err := writeClose(a.Path("f"), os.O_CREATE|os.O_WRONLY, []byte("f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(a.Path("f"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut(t)
+	if err := fsyncPath(a.Path("f")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("fsync with the network cut: %v, want EIO", err)
+	}
+	if st := lstat(t, a.Path("f")); st.Mode&0o7777 != 0o640 {
+		t.Errorf("mode during the outage %#o, want the pending 0640", st.Mode&0o7777)
+	}
+	proxy.Heal(t)
+	waitStoredMode(t, e, "f", syscall.S_IFREG|0o640, 30*time.Second)
+	pollMetric(t, addr, "fencefs_fuse_attr_writeback_pending", "0", 10*time.Second)
+	_, body := harness.Scrape(t, "http://"+addr+"/metrics")
+	if got := metricLine(body, "fencefs_fuse_attr_writeback_failures_total"); got != "0" {
+		t.Errorf("attr_writeback_failures_total = %q, want 0: the change was kept, not dropped", got)
 	}
 }
