@@ -2,10 +2,13 @@
 SHELL := /bin/bash
 GO ?= go
 VERSITYGW_VERSION := v1.8.0
+# MinIO's last community commit (see integration/gateway.MinIOPinnedVersion)
+MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 BIN := bin
 # Tests find the binaries through these (see integration/harness, integration/gateway).
 export FENCEFS_BIN := $(CURDIR)/bin/fencefs
 export FENCEFS_VERSITYGW := $(CURDIR)/bin/versitygw
+export FENCEFS_MINIO := $(CURDIR)/bin/minio
 export FENCEFS_FAILPOINT_BIN := $(CURDIR)/bin/fencefs-failpoints
 export FENCEFS_DEMO_BIN := $(CURDIR)/bin/fencefs-demo
 export FENCEFS_ETCD := $(CURDIR)/bin/etcd
@@ -16,7 +19,7 @@ TEST_TIMEOUT ?= 14m
 PKGS ?= ./...
 DURATION ?= 10m
 
-.PHONY: all build run test deps lint bench torture clean pjdfstest
+.PHONY: all build run test deps servers lint bench torture clean pjdfstest
 
 all: build
 
@@ -34,6 +37,15 @@ $(BIN)/.versitygw-$(VERSITYGW_VERSION):
 	@touch $@
 
 $(BIN)/versitygw: $(BIN)/.versitygw-$(VERSITYGW_VERSION)
+
+## the pinned MinIO server, the second S3 server the tests run against (single drive and 4 drives)
+$(BIN)/.minio-$(MINIO_VERSION):
+	@mkdir -p $(BIN)
+	@echo "installing minio $(MINIO_VERSION) into bin/ (go install; first time takes about 4 minutes)"
+	GOBIN=$(CURDIR)/bin $(GO) install github.com/minio/minio@$(MINIO_VERSION)
+	@touch $@
+
+$(BIN)/minio: $(BIN)/.minio-$(MINIO_VERSION)
 
 ## etcd, the coordinator of the `fencefs run --etcd` tests: built from tools/etcd, a separate
 ## module (the server's replace directives keep `go install` from building it; its version
@@ -60,8 +72,10 @@ $(BIN)/promtool:
 	  rm -rf "$$tmp"; \
 	else echo "promtool is missing: install it (Debian: the prometheus package); the deploy tests need it"; fi
 
-## deps: what the tests need from the system (fuse3 for fusermount3), plus the gateway, etcd and promtool
-deps: $(BIN)/versitygw $(BIN)/etcd $(BIN)/promtool
+## deps: what the tests need from the system (fuse3 for fusermount3), plus the gateway, MinIO,
+## etcd and promtool, built side by side (the two servers take minutes the first time)
+deps:
+	@$(MAKE) --no-print-directory -j4 --output-sync=line servers
 	@if ! command -v fusermount3 >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing fuse3 (fusermount3) with apt-get"; \
@@ -70,6 +84,8 @@ deps: $(BIN)/versitygw $(BIN)/etcd $(BIN)/promtool
 	    echo "fusermount3 is missing: install the fuse3 package (as root: apt-get install fuse3)"; \
 	  fi; \
 	fi
+
+servers: $(BIN)/versitygw $(BIN)/minio $(BIN)/etcd $(BIN)/promtool
 
 ## run: build, start a local S3 server, show a takeover with two mounts (./mnt, ./mnt-b), leave them up (Ctrl-C stops all)
 run: build $(BIN)/versitygw

@@ -1,11 +1,15 @@
-// Package gateway starts and stops a local Versity S3 gateway (the real S3
-// server fencefs is tested against) on a free loopback port, with its data in
-// a private directory. It is used by tests (ForTest, NewBucket), by the
-// `make run` demo and by the benchmarks.
+// Package gateway starts and stops the real S3 servers fencefs is tested
+// against — the Versity S3 gateway (Start) and MinIO, with one drive or
+// with four erasure-coded drives (StartMinIO) — on free loopback ports,
+// with their data in a private directory. Both return a *Gateway with the
+// same API (Client, CreateBucket, Env, Pid, Stop). Tests use ForTest,
+// ForKind or ForEachServer (one subtest per server kind) and NewBucket;
+// the `make run` demo and the benchmarks use Start.
 //
-// The binary is found, in order, at $FENCEFS_VERSITYGW, <repo>/bin/versitygw
-// (searching upwards from the working directory), and on $PATH. The Makefile
-// installs the pinned version into <repo>/bin.
+// The binaries are found, in order, at $FENCEFS_VERSITYGW / $FENCEFS_MINIO,
+// <repo>/bin/versitygw / <repo>/bin/minio (searching upwards from the
+// working directory), and on $PATH. The Makefile installs the pinned
+// versions into <repo>/bin.
 package gateway
 
 import (
@@ -58,8 +62,10 @@ type Options struct {
 	KeepAlive bool
 }
 
-// Gateway is a running gateway process. Stop it with Stop.
+// Gateway is a running S3 server process — the Versity gateway (Start) or
+// MinIO (StartMinIO); Kind says which. Stop it with Stop.
 type Gateway struct {
+	Kind      Kind
 	Endpoint  string // http://127.0.0.1:PORT
 	Addr      string // 127.0.0.1:PORT
 	AccessKey string
@@ -153,11 +159,29 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 			return nil, err
 		}
 	}
+	g, err := newServer(Versity, opts.Dir, opts.AccessKey, opts.SecretKey)
+	if err != nil {
+		return nil, err
+	}
+	root := filepath.Join(g.Dir, "root")
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, g.discard(err)
+	}
+	return g, g.startOnFreePort(ctx, opts.Port, func(port int) error {
+		return g.launch(ctx, bin, root, port, opts.Log, opts.KeepAlive)
+	})
+}
+
+// newServer returns a Server of kind with the given credentials (random
+// ones when empty) and data directory (a new temporary one, removed by
+// Stop, when empty).
+func newServer(kind Kind, dir, accessKey, secretKey string) (*Gateway, error) {
 	g := &Gateway{
-		AccessKey: opts.AccessKey,
-		SecretKey: opts.SecretKey,
+		Kind:      kind,
+		AccessKey: accessKey,
+		SecretKey: secretKey,
 		Region:    "us-east-1",
-		Dir:       opts.Dir,
+		Dir:       dir,
 		done:      make(chan struct{}),
 	}
 	if g.AccessKey == "" {
@@ -167,41 +191,47 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 		g.SecretKey = randomHex(20)
 	}
 	if g.Dir == "" {
-		d, err := os.MkdirTemp("", "fencefs-gw-")
+		d, err := os.MkdirTemp("", "fencefs-"+string(kind)+"-")
 		if err != nil {
 			return nil, err
 		}
 		g.Dir, g.tempDir = d, true
 	}
-	root := filepath.Join(g.Dir, "root")
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return nil, err
-	}
-	var lastErr error
-	// A free port can be taken between FreePort and the gateway's bind:
-	// retry with another port a few times.
-	for attempt := 0; attempt < 5; attempt++ {
-		port := opts.Port
-		if port == 0 {
-			p, err := FreePort()
-			if err != nil {
-				return nil, err
-			}
-			port = p
-		}
-		err := g.launch(ctx, bin, root, port, opts.Log, opts.KeepAlive)
-		if err == nil {
-			return g, nil
-		}
-		lastErr = err
-		if opts.Port != 0 || ctx.Err() != nil {
-			break
-		}
-	}
+	return g, nil
+}
+
+// discard removes the server's directory if Start created it, and returns
+// err: the end of a start that failed.
+func (g *Gateway) discard(err error) error {
 	if g.tempDir {
 		os.RemoveAll(g.Dir)
 	}
-	return nil, lastErr
+	return err
+}
+
+// startOnFreePort calls launch with port, or, when port is 0, with a free
+// port: a free port can be taken between FreePort and the server's bind,
+// so it retries with other ports a few times.
+func (g *Gateway) startOnFreePort(ctx context.Context, port int, launch func(port int) error) error {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		p := port
+		if p == 0 {
+			var err error
+			if p, err = FreePort(); err != nil {
+				return g.discard(err)
+			}
+		}
+		err := launch(p)
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		if port != 0 || ctx.Err() != nil {
+			break
+		}
+	}
+	return g.discard(lastErr)
 }
 
 func (g *Gateway) launch(ctx context.Context, bin, root string, port int, logf *os.File, keepAlive bool) error {
@@ -213,13 +243,23 @@ func (g *Gateway) launch(ctx context.Context, bin, root string, port int, logf *
 	}
 	cmd := exec.Command(bin, append(args, "posix", root)...)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+g.AccessKey, "ROOT_SECRET_ACCESS_KEY="+g.SecretKey)
+	// Any HTTP answer (even 403 for an anonymous request) means the S3 API
+	// is serving.
+	return g.run(ctx, cmd, logf, "gateway.log", "/", func(*http.Response) bool { return true })
+}
+
+// run starts cmd (the server, listening at g.Addr) with its output in logf
+// or in the file logName in g.Dir, and waits until a GET of readyPath gets
+// an answer ready accepts. A server that exits or is not ready within ctx's
+// deadline (at most 30 s) is an error carrying the tail of its log.
+func (g *Gateway) run(ctx context.Context, cmd *exec.Cmd, logf *os.File, logName, readyPath string, ready func(*http.Response) bool) error {
 	// Its own process group, so that a Ctrl-C in a terminal running `make run`
-	// reaches us, and we stop the gateway in order.
+	// reaches us, and we stop the server in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if logf != nil {
 		cmd.Stdout, cmd.Stderr = logf, logf
 	} else {
-		g.LogPath = filepath.Join(g.Dir, "gateway.log")
+		g.LogPath = filepath.Join(g.Dir, logName)
 		f, err := os.OpenFile(g.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			return err
@@ -228,7 +268,7 @@ func (g *Gateway) launch(ctx context.Context, bin, root string, port int, logf *
 		cmd.Stdout, cmd.Stderr = f, f
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", bin, err)
+		return fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
 	g.cmd = cmd
 	g.done = make(chan struct{})
@@ -236,20 +276,19 @@ func (g *Gateway) launch(ctx context.Context, bin, root string, port int, logf *
 
 	client := &http.Client{Timeout: 2 * time.Second}
 	err := procwait.Ready(ctx, 30*time.Second, g.done, func() bool {
-		// Any HTTP answer (even 403 for an anonymous request) means the
-		// S3 API is serving.
-		resp, err := client.Get(g.Endpoint + "/")
-		if err == nil {
-			resp.Body.Close()
+		resp, err := client.Get(g.Endpoint + readyPath)
+		if err != nil {
+			return false
 		}
-		return err == nil
+		resp.Body.Close()
+		return ready(resp)
 	})
 	switch {
 	case errors.Is(err, procwait.ErrExited):
-		return fmt.Errorf("versitygw exited before becoming ready (%v): %s", g.waitErr, g.logTail())
+		return fmt.Errorf("%s exited before becoming ready (%v): %s", g.Kind, g.waitErr, g.logTail())
 	case err != nil:
 		g.kill()
-		return fmt.Errorf("versitygw at %s not ready: %w: %s", g.Addr, err, g.logTail())
+		return fmt.Errorf("%s at %s not ready: %w: %s", g.Kind, g.Addr, err, g.logTail())
 	}
 	return nil
 }
