@@ -93,39 +93,50 @@ func (d *dirNode) fillAttr(out *fuse.Attr) {
 	fillAttr(out, a, 4096, 1) // nlink 1: "unknown", so find(1) does not skip subdirectories
 }
 
-// childNode returns the node for what resolve found at name, reusing the
-// existing child inode when it has the same kind and still names an object
-// (so inode numbers stay stable) and updating its version.
-func (d *dirNode) childNode(ctx context.Context, name string, r resolved) *fs.Inode {
-	if ch := d.GetChild(name); ch != nil {
-		switch n := ch.Operations().(type) {
-		case *fileNode:
-			n.mu.Lock()
-			gone := n.unlinked
-			n.mu.Unlock()
-			if r.kind == kindFile && !gone {
-				n.update(r.info)
-				return ch
-			}
-		case *dirNode:
-			if r.kind == kindDir {
-				n.setInfo(r.info)
-				return ch
-			}
-		case *symlinkNode:
-			n.mu.Lock()
-			gone := n.unlinked
-			n.mu.Unlock()
-			if r.kind == kindSymlink && !gone {
-				n.setInfo(r.info)
-				return ch
-			}
-		case *specialNode:
-			if r.kind == n.kind && !n.gone() {
-				n.setInfo(r.info)
-				return ch
-			}
+// reuseChild returns the existing child at name updated to the version r,
+// when it is of r's kind and still names an object (so inode numbers stay
+// stable), else nil. A node with local state keeps what it pins.
+func (d *dirNode) reuseChild(name string, r resolved) *fs.Inode {
+	ch := d.GetChild(name)
+	if ch == nil {
+		return nil
+	}
+	switch n := ch.Operations().(type) {
+	case *fileNode:
+		n.mu.Lock()
+		gone := n.unlinked
+		n.mu.Unlock()
+		if r.kind == kindFile && !gone {
+			n.update(r.info)
+			return ch
 		}
+	case *dirNode:
+		if r.kind == kindDir {
+			n.setInfo(r.info)
+			return ch
+		}
+	case *symlinkNode:
+		n.mu.Lock()
+		gone := n.unlinked
+		n.mu.Unlock()
+		if r.kind == kindSymlink && !gone {
+			n.setInfo(r.info)
+			return ch
+		}
+	case *specialNode:
+		if r.kind == n.kind && !n.gone() {
+			n.setInfo(r.info)
+			return ch
+		}
+	}
+	return nil
+}
+
+// childNode returns the node for what resolve found at name, reusing the
+// existing child inode when it can (reuseChild).
+func (d *dirNode) childNode(ctx context.Context, name string, r resolved) *fs.Inode {
+	if ch := d.reuseChild(name, r); ch != nil {
+		return ch
 	}
 	if isSpecialKind(r.kind) {
 		return d.NewInode(ctx, newSpecialNode(d.fsys, r.kind, r.info), fs.StableAttr{Mode: r.kind})

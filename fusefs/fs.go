@@ -286,8 +286,11 @@ func (fsys *filesystem) hasLive(ctx context.Context, prefix string) (bool, error
 
 // notTombstone decides whether a listed object is live. Only entries of
 // exactly fencing.TombstoneSize bytes can be tombstones; those are confirmed
-// with a Stat (listings carry no metadata).
+// with a Stat unless the listing carried their metadata.
 func (fsys *filesystem) notTombstone(ctx context.Context, e objstore.Entry) (bool, error) {
+	if info, ok := e.Info(); ok {
+		return !fencing.IsTombstone(info), nil
+	}
 	if e.Size != fencing.TombstoneSize {
 		return true, nil
 	}

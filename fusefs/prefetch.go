@@ -16,6 +16,9 @@ package fusefs
 //     lookup of such a name waits for its HEAD if it is in flight, or takes
 //     the name's turn if it has not started.
 //
+// A listing that carried an object's metadata is that object's HEAD
+// already (listattrs.go): its result is a prefetch that is done.
+//
 // A prefetched result answers a lookup for as long as a node's own HEAD
 // would (MetaCacheTTL, counted from when it arrived; see filesystem.fresh), and
 // is dropped once used or when the next listing starts. Only objects are
@@ -53,38 +56,63 @@ type prefetcher struct {
 	cancel  context.CancelFunc // stops the current round
 }
 
-// start replaces the directory's prefetches with HEADs of keys (name →
-// key, in order), run in the background.
-func (d *dirNode) startPrefetch(names, keys []string) {
+// prefetchItem is one listed object to prefetch: its name and key, and,
+// when the listing carried its metadata, what a HEAD would have found.
+type prefetchItem struct {
+	name, key string
+	listed    *resolved // nil: the version needs a HEAD
+}
+
+// startPrefetch replaces the directory's prefetches with items, in order:
+// those listed with their version are ready at once, the others are HEADs
+// run in the background.
+func (d *dirNode) startPrefetch(items []prefetchItem) {
 	p := &d.pre
 	p.mu.Lock()
 	if p.cancel != nil {
 		p.cancel()
 	}
 	p.byName, p.claimed, p.cancel = nil, nil, nil
-	if len(names) == 0 {
+	if len(items) == 0 {
 		p.mu.Unlock()
 		return
 	}
-	if len(names) > maxPrefetch {
-		names, keys = names[:maxPrefetch], keys[:maxPrefetch]
+	if len(items) > maxPrefetch {
+		items = items[:maxPrefetch]
 	}
 	ctx, cancel := context.WithCancel(d.fsys.ctx)
-	byName := make(map[string]*prefetch, len(names))
-	pfs := make([]*prefetch, len(names)) // the goroutine's own view: byName changes under p.mu
-	for i, n := range names {
+	now := time.Now()
+	byName := make(map[string]*prefetch, len(items))
+	claimed := map[string]bool{}
+	pfs := make([]*prefetch, len(items)) // the goroutine's own view: byName changes under p.mu
+	heads := 0
+	for i, it := range items {
 		pfs[i] = &prefetch{done: make(chan struct{})}
-		byName[n] = pfs[i]
+		byName[it.name] = pfs[i]
+		if it.listed != nil {
+			pfs[i].r, pfs[i].at = *it.listed, now
+			close(pfs[i].done)
+			claimed[it.name] = true
+		} else {
+			heads++
+		}
 	}
-	p.byName, p.claimed, p.cancel = byName, map[string]bool{}, cancel
+	p.byName, p.claimed, p.cancel = byName, claimed, cancel
 	p.mu.Unlock()
+	if heads == 0 {
+		cancel()
+		return
+	}
 
 	go func() {
 		defer cancel()
 		var g errgroup.Group
 		g.SetLimit(d.fsys.opts.PrefetchConcurrency)
-		for i, name := range names {
-			pf, key := pfs[i], keys[i]
+		for i, it := range items {
+			pf, name, key := pfs[i], it.name, it.key
+			if it.listed != nil {
+				continue
+			}
 			if ctx.Err() != nil {
 				break
 			}

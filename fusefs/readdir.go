@@ -17,7 +17,8 @@ import (
 
 var _ = (fs.NodeReaddirer)((*dirNode)(nil))
 
-// Readdir lists the directory: one LIST with delimiter "/", minus the
+// Readdir lists the directory: one LIST with delimiter "/" (carrying each
+// object's metadata where the store can: listattrs.go), minus the
 // marker, tombstones, the protocol directory, names the kernel cannot show
 // and prefixes holding nothing visible; plus files this mount created and
 // has not committed yet. A name that is both an object and a prefix is
@@ -26,8 +27,9 @@ var _ = (fs.NodeReaddirer)((*dirNode)(nil))
 // The listing's result is reused for as long as the metadata cache
 // promises (filesystem.fresh, counted from when the listing finished),
 // until this mount adds or removes an entry of the directory. A listing
-// confirms the cached versions it shows unchanged and starts HEADs of the
-// others ahead of their lookups (prefetch.go).
+// that carried an object's metadata gives the name its version
+// (listattrs.go); otherwise it confirms the cached version it shows
+// unchanged or starts a HEAD ahead of the name's lookup (prefetch.go).
 func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	base, ok := d.names.entries(d.fsys.fresh)
 	if !ok {
@@ -100,7 +102,7 @@ func (d *dirNode) list(ctx context.Context, prefix string) ([]fuse.DirEntry, err
 	var objs, dirs []cand
 	listed := time.Now()
 	names := map[string]struct{}{}
-	err := d.fsys.store.List(ctx, prefix, "/", func(e objstore.Entry) error {
+	err := d.fsys.store.ListMeta(ctx, prefix, "/", func(e objstore.Entry) error {
 		name, ok := d.fsys.listedName(prefix, e.Key, e.IsPrefix)
 		if !ok {
 			return nil
@@ -123,8 +125,8 @@ func (d *dirNode) list(ctx context.Context, prefix string) ([]fuse.DirEntry, err
 	g.SetLimit(8)
 	for i := range live {
 		if i < len(objs) {
-			if e := objs[i].entry; e.Size != fencing.TombstoneSize {
-				live[i] = true
+			if e := objs[i].entry; e.Size != fencing.TombstoneSize || e.Meta != nil {
+				live[i], _ = d.fsys.notTombstone(ctx, e) // decided without a request
 				continue
 			}
 			g.Go(func() (err error) {
@@ -144,17 +146,18 @@ func (d *dirNode) list(ctx context.Context, prefix string) ([]fuse.DirEntry, err
 	}
 
 	out := make([]fuse.DirEntry, 0, len(live))
-	var preNames, preKeys []string
+	var pre []prefetchItem
 	for i, c := range objs {
 		if !live[i] {
 			continue
 		}
-		out = append(out, fuse.DirEntry{Name: c.name, Mode: guessMode(c.entry.Size)})
-		if !d.confirmListed(c.name, c.entry) {
-			preNames, preKeys = append(preNames, c.name), append(preKeys, c.entry.Key)
+		mode, it, ok := d.listedItem(c.name, c.entry)
+		out = append(out, fuse.DirEntry{Name: c.name, Mode: mode})
+		if ok {
+			pre = append(pre, it)
 		}
 	}
-	d.startPrefetch(preNames, preKeys)
+	d.startPrefetch(pre)
 	for i, c := range dirs {
 		if live[len(objs)+i] {
 			out = append(out, fuse.DirEntry{Name: c.name, Mode: syscall.S_IFDIR})

@@ -147,6 +147,25 @@ type Entry struct {
 	Size         int64
 	ETag         string
 	LastModified time.Time
+	// Meta is the object's user metadata as Stat returns it (lower-case
+	// keys without "x-amz-meta-"; empty, not nil, for an object without
+	// any) when the listing carried it: ListMeta on a store that can
+	// (CheckListMetadata). nil when it did not, from List always.
+	Meta map[string]string
+	// ContentType is the object's content type when Meta is set.
+	ContentType string
+}
+
+// Info returns the version the entry describes as Stat would return it
+// (LastModified as the store lists it), and false when the listing did not
+// carry the object's metadata (or the entry is a prefix): then only a Stat
+// tells.
+func (e Entry) Info() (ObjectInfo, bool) {
+	if e.IsPrefix || e.Meta == nil {
+		return ObjectInfo{}, false
+	}
+	return ObjectInfo{Key: e.Key, Size: e.Size, ETag: e.ETag, LastModified: e.LastModified,
+		Meta: e.Meta, ContentType: e.ContentType}, true
 }
 
 // Part is one uploaded part of a multipart upload.
@@ -196,6 +215,14 @@ type Store interface {
 	// for each common prefix when delim is non-empty. An error from fn stops
 	// the listing and is returned.
 	List(ctx context.Context, prefix, delim string, fn func(Entry) error) error
+	// ListMeta is List whose object entries also carry each object's
+	// user metadata and content type (Entry.Meta), on a store whose
+	// listings can (CheckListMetadata: MinIO's ListObjectsV2 with
+	// metadata=true). An entry the store listed without its metadata —
+	// every entry of a store that cannot, an object the caller may list
+	// but not read — has Meta nil, as from List. The metadata is of the
+	// version the entry's ETag names.
+	ListMeta(ctx context.Context, prefix, delim string, fn func(Entry) error) error
 	// CreateUpload starts a multipart upload of key that the caller fills
 	// piecewise (UploadPart) while the content is still being produced, and
 	// publishes with CompleteUpload. It stores opts.Meta and

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +45,12 @@ const (
 	// CheckStrongListAfterWrite: a listing right after a write shows it,
 	// and right after a delete does not.
 	CheckStrongListAfterWrite Capability = "strong-list-after-write"
+	// CheckListMetadata: a listing can carry each object's user metadata
+	// (Store.ListMeta; MinIO's ListObjectsV2 with metadata=true), the
+	// same a Stat returns. An optional feature, not a requirement: without
+	// it a filesystem needs a Stat per listed object to know its
+	// attributes.
+	CheckListMetadata Capability = "list-metadata"
 )
 
 // probeChecks is the one list of capabilities: their report order and the
@@ -51,15 +58,17 @@ const (
 var probeChecks = []struct {
 	capability Capability
 	run        func(*prober, context.Context) (string, error)
+	optional   bool // a feature to use where present, not a guarantee
 }{
-	{CheckIfNoneMatchCreate, (*prober).ifNoneMatchCreate},
-	{CheckIfMatchCAS, (*prober).ifMatchCAS},
-	{CheckIfMatchMissingRefused, (*prober).ifMatchMissing},
-	{CheckConditionalComplete, (*prober).conditionalComplete},
-	{CheckConditionalDelete, (*prober).conditionalDelete},
-	{CheckConditionalCopyDest, (*prober).conditionalCopyDest},
-	{CheckParallelCreateOneWinner, (*prober).parallelCreate},
-	{CheckStrongListAfterWrite, (*prober).strongList},
+	{CheckIfNoneMatchCreate, (*prober).ifNoneMatchCreate, false},
+	{CheckIfMatchCAS, (*prober).ifMatchCAS, false},
+	{CheckIfMatchMissingRefused, (*prober).ifMatchMissing, false},
+	{CheckConditionalComplete, (*prober).conditionalComplete, false},
+	{CheckConditionalDelete, (*prober).conditionalDelete, false},
+	{CheckConditionalCopyDest, (*prober).conditionalCopyDest, false},
+	{CheckParallelCreateOneWinner, (*prober).parallelCreate, false},
+	{CheckStrongListAfterWrite, (*prober).strongList, false},
+	{CheckListMetadata, (*prober).listMetadata, true},
 }
 
 // AllCapabilities returns every capability the probe checks, in report
@@ -95,13 +104,18 @@ type Check struct {
 	Name   Capability
 	OK     bool
 	Reason string // empty when OK
+	// Optional marks a feature used where the store has it (its absence
+	// is no failure of the store), not a conditional behaviour a mode
+	// may require.
+	Optional bool
 }
 
 // Checks returns one row per capability, in AllCapabilities order.
 func (c Capabilities) Checks() []Check {
 	out := make([]Check, 0, len(probeChecks))
-	for _, k := range AllCapabilities() {
-		out = append(out, Check{Name: k, OK: c.Has(k), Reason: c.Reasons[k]})
+	for _, pc := range probeChecks {
+		k := pc.capability
+		out = append(out, Check{Name: k, OK: c.Has(k), Reason: c.Reasons[k], Optional: pc.optional})
 	}
 	return out
 }
@@ -460,6 +474,41 @@ func (p *prober) strongList(ctx context.Context) (string, error) {
 	}
 	if _, ok := m[p.dir+"list/a"]; ok {
 		return "a listing right after a DELETE still showed the object", nil
+	}
+	return "", nil
+}
+
+// probeMetaKey is the user metadata key the list-metadata check writes.
+const probeMetaKey = "fencefs-probe"
+
+func (p *prober) listMetadata(ctx context.Context) (string, error) {
+	v, err := p.put(ctx, "meta/a", []byte("a"), PutOptions{Meta: map[string]string{probeMetaKey: "listed"}})
+	if err != nil {
+		return "", err
+	}
+	var got *Entry
+	err = p.s.ListMeta(ctx, p.dir+"meta/", "", func(e Entry) error {
+		if e.Key == p.dir+"meta/a" {
+			got = &e
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return "", err
+	case got == nil:
+		return "a listing right after a PUT did not show it", nil
+	case got.Meta == nil:
+		return "listings carry no metadata: a HEAD per listed object", nil
+	case got.ETag != v.ETag:
+		return fmt.Sprintf("a listing with metadata showed ETag %q, the object has %q", got.ETag, v.ETag), nil
+	}
+	st, err := p.s.Stat(ctx, p.dir+"meta/a")
+	if err != nil {
+		return "", err
+	}
+	if got.Meta[probeMetaKey] != "listed" || !maps.Equal(got.Meta, st.Meta) {
+		return fmt.Sprintf("a listing's metadata %v is not the object's %v", got.Meta, st.Meta), nil
 	}
 	return "", nil
 }

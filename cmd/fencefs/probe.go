@@ -101,7 +101,10 @@ func (r probeReport) text(out io.Writer) error {
 	fmt.Fprintln(tw, "CHECK\tRESULT\tDETAIL")
 	for _, c := range r.caps.Checks() {
 		res := "ok"
-		if !c.OK {
+		switch {
+		case !c.OK && c.Optional:
+			res = "no"
+		case !c.OK:
 			res = "FAIL"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, res, c.Reason)

@@ -132,6 +132,10 @@ type Options struct {
 	IfMatchMissingCreates bool
 	// IgnoreIfNoneMatch makes If-None-Match:* on writes a no-op.
 	IgnoreIfNoneMatch bool
+	// ListMetadata makes ListMeta's entries carry each object's metadata,
+	// as MinIO's listings do; without it they carry none, as the Versity
+	// gateway's and AWS S3's.
+	ListMetadata bool
 	// Now is the clock for LastModified; nil means time.Now.
 	Now func() time.Time
 }
@@ -467,6 +471,16 @@ func (s *Store) Delete(ctx context.Context, key string, cond objstore.Condition)
 // List implements objstore.Store. The listing is a snapshot taken at the
 // call; fn runs without the store's lock held, so it may call the store.
 func (s *Store) List(ctx context.Context, prefix, delim string, fn func(objstore.Entry) error) error {
+	return s.list(ctx, prefix, delim, false, fn)
+}
+
+// ListMeta implements objstore.Store: List, with each object's metadata
+// when Options.ListMetadata is set (hooks see an OpList).
+func (s *Store) ListMeta(ctx context.Context, prefix, delim string, fn func(objstore.Entry) error) error {
+	return s.list(ctx, prefix, delim, s.opts.ListMetadata, fn)
+}
+
+func (s *Store) list(ctx context.Context, prefix, delim string, meta bool, fn func(objstore.Entry) error) error {
 	ev := Event{Op: OpList, Key: prefix}
 	if err := s.before(ctx, ev); err != nil {
 		return err
@@ -488,7 +502,14 @@ func (s *Store) List(ctx context.Context, prefix, delim string, fn func(objstore
 				continue
 			}
 		}
-		entries = append(entries, objstore.Entry{Key: k, Size: int64(len(o.data)), ETag: o.etag, LastModified: o.modified})
+		e := objstore.Entry{Key: k, Size: int64(len(o.data)), ETag: o.etag, LastModified: o.modified}
+		if meta {
+			e.Meta, e.ContentType = maps.Clone(o.meta), o.contentType
+			if e.Meta == nil {
+				e.Meta = map[string]string{}
+			}
+		}
+		entries = append(entries, e)
 	}
 	s.mu.Unlock()
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })

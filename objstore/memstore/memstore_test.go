@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,11 +15,17 @@ import (
 )
 
 // The suite runs with a 1 MiB multipart threshold (as against the
-// gateway), which keeps its ShapeAuto-above-threshold objects small.
+// gateway), which keeps its ShapeAuto-above-threshold objects small; with
+// listings that carry metadata (as MinIO's) and without (as the gateway's).
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) objstore.Store {
-		return memstore.NewWithOptions(memstore.Options{Sizing: objstore.Sizing{MultipartThreshold: 1 << 20, PartSize: objstore.MinPartSize}})
-	})
+	for _, lm := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ListMetadata=%v", lm), func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) objstore.Store {
+				return memstore.NewWithOptions(memstore.Options{ListMetadata: lm,
+					Sizing: objstore.Sizing{MultipartThreshold: 1 << 20, PartSize: objstore.MinPartSize}})
+			})
+		})
+	}
 }
 
 func put(t *testing.T, s objstore.Store, key, body string, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
@@ -180,11 +187,12 @@ func TestProbeDetectsQuirks(t *testing.T) {
 		opts   memstore.Options
 		failed objstore.Capability // the one check that must fail
 	}{
-		{"conforming", memstore.Options{}, ""},
-		{"DELETE ignores If-Match", memstore.Options{IgnoreDeleteConditions: true}, objstore.CheckConditionalDelete},
-		{"copy ignores destination conditions", memstore.Options{IgnoreCopyDestConditions: true}, objstore.CheckConditionalCopyDest},
-		{"Complete ignores conditions", memstore.Options{IgnoreCompleteConditions: true}, objstore.CheckConditionalComplete},
-		{"If-Match on a missing key creates", memstore.Options{IfMatchMissingCreates: true}, objstore.CheckIfMatchMissingRefused},
+		{"conforming", memstore.Options{ListMetadata: true}, ""},
+		{"listings without metadata", memstore.Options{}, objstore.CheckListMetadata},
+		{"DELETE ignores If-Match", memstore.Options{ListMetadata: true, IgnoreDeleteConditions: true}, objstore.CheckConditionalDelete},
+		{"copy ignores destination conditions", memstore.Options{ListMetadata: true, IgnoreCopyDestConditions: true}, objstore.CheckConditionalCopyDest},
+		{"Complete ignores conditions", memstore.Options{ListMetadata: true, IgnoreCompleteConditions: true}, objstore.CheckConditionalComplete},
+		{"If-Match on a missing key creates", memstore.Options{ListMetadata: true, IfMatchMissingCreates: true}, objstore.CheckIfMatchMissingRefused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := memstore.NewWithOptions(tc.opts)

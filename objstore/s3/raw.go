@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/minio/minio-go/v7"
@@ -121,18 +122,70 @@ type listV2Result struct {
 	IsTruncated           bool
 	NextContinuationToken string
 	EncodingType          string
-	Contents              []struct {
-		Key          string
-		Size         int64
-		ETag         string
-		LastModified string
+	Contents              []listedObject
+	CommonPrefixes        []struct{ Prefix string }
+}
+
+// listedObject is one object of a listing. UserMetadata and Internal are
+// MinIO's extension (metadata=true): each element of UserMetadata is one
+// stored key as MinIO keeps it ("X-Amz-Meta-Mode", "content-type"), and
+// Internal (the object's erasure layout) is there whenever the caller may
+// read the object, also when it has no metadata to list.
+type listedObject struct {
+	Key          string
+	Size         int64
+	ETag         string
+	LastModified string
+	UserMetadata *struct {
+		Items []struct {
+			XMLName xml.Name
+			Value   string `xml:",chardata"`
+		} `xml:",any"`
 	}
-	CommonPrefixes []struct{ Prefix string }
+	Internal *struct{}
+}
+
+// entry is the objstore.Entry of a listed object whose key is already
+// decoded. An object listed with its metadata gets Meta (the user keys,
+// lower-cased, without "x-amz-meta-", as Stat gives them), ContentType, and
+// LastModified to the second, as a HEAD's Last-Modified says it.
+func (c listedObject) entry(key string) objstore.Entry {
+	e := objstore.Entry{Key: key, Size: c.Size, ETag: objstore.NormalizeETag(c.ETag)}
+	e.LastModified, _ = parseISOTime(c.LastModified)
+	if c.UserMetadata == nil && c.Internal == nil {
+		return e
+	}
+	e.Meta = map[string]string{}
+	e.LastModified = e.LastModified.Truncate(time.Second)
+	if c.UserMetadata == nil {
+		return e
+	}
+	for _, it := range c.UserMetadata.Items {
+		k := strings.ToLower(it.XMLName.Local)
+		switch {
+		case strings.HasPrefix(k, "x-amz-meta-"):
+			e.Meta[k[len("x-amz-meta-"):]] = it.Value
+		case k == "content-type":
+			e.ContentType = it.Value
+		}
+	}
+	return e
 }
 
 // List implements objstore.Store with ListObjectsV2 (URL-encoded keys),
 // merging each page's objects and common prefixes into lexical order.
 func (s *Store) List(ctx context.Context, prefix, delim string, fn func(objstore.Entry) error) error {
+	return s.list(ctx, prefix, delim, false, fn)
+}
+
+// ListMeta implements objstore.Store: List asking for each object's
+// metadata (metadata=true, MinIO's extension of ListObjectsV2; a store
+// without it ignores the parameter and its entries carry none).
+func (s *Store) ListMeta(ctx context.Context, prefix, delim string, fn func(objstore.Entry) error) error {
+	return s.list(ctx, prefix, delim, true, fn)
+}
+
+func (s *Store) list(ctx context.Context, prefix, delim string, meta bool, fn func(objstore.Entry) error) error {
 	token := ""
 	for {
 		q := url.Values{}
@@ -142,6 +195,9 @@ func (s *Store) List(ctx context.Context, prefix, delim string, fn func(objstore
 		q.Set("prefix", prefix)
 		if delim != "" {
 			q.Set("delimiter", delim)
+		}
+		if meta {
+			q.Set("metadata", "true")
 		}
 		if token != "" {
 			q.Set("continuation-token", token)
@@ -178,9 +234,7 @@ func (s *Store) List(ctx context.Context, prefix, delim string, fn func(objstore
 			if err != nil {
 				return err
 			}
-			e := objstore.Entry{Key: k, Size: c.Size, ETag: objstore.NormalizeETag(c.ETag)}
-			e.LastModified, _ = parseISOTime(c.LastModified)
-			entries = append(entries, e)
+			entries = append(entries, c.entry(k))
 		}
 		for _, p := range page.CommonPrefixes {
 			k, err := dec(p.Prefix)

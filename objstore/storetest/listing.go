@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"testing"
@@ -79,6 +80,54 @@ func testList(t *testing.T, ctx context.Context, s objstore.Store) {
 	}
 	if got := list("a/n", ""); len(got) != 0 {
 		t.Fatalf("after delete: %v", got)
+	}
+}
+
+// testListMeta: ListMeta lists what List lists, and an entry that carries
+// metadata carries exactly what Stat returns for the version it names (a
+// store without the feature carries none: CheckListMetadata).
+func testListMeta(t *testing.T, ctx context.Context, s objstore.Store) {
+	MustPut(t, ctx, s, "m/plain", []byte("plain"), objstore.PutOptions{})
+	MustPut(t, ctx, s, "m/meta", []byte("meta"), objstore.PutOptions{ContentType: "text/plain",
+		Meta: map[string]string{"mode": "33188", "mtime": "1700000000.5", "fencefs-epoch": "17"}})
+	MustPut(t, ctx, s, "m/sub/x", []byte("x"), objstore.PutOptions{})
+	var plain, withMeta []objstore.Entry
+	collect := func(out *[]objstore.Entry) func(objstore.Entry) error {
+		return func(e objstore.Entry) error { *out = append(*out, e); return nil }
+	}
+	if err := s.List(ctx, "m/", "/", collect(&plain)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ListMeta(ctx, "m/", "/", collect(&withMeta)); err != nil {
+		t.Fatal(err)
+	}
+	if len(plain) != len(withMeta) {
+		t.Fatalf("List gave %d entries, ListMeta %d", len(plain), len(withMeta))
+	}
+	carried := 0
+	for i, e := range withMeta {
+		p := plain[i]
+		if e.Key != p.Key || e.IsPrefix != p.IsPrefix || e.Size != p.Size || e.ETag != p.ETag || e.LastModified.Unix() != p.LastModified.Unix() {
+			t.Fatalf("ListMeta entry %+v, List entry %+v", e, p)
+		}
+		if p.Meta != nil {
+			t.Errorf("List entry %s carries metadata", p.Key)
+		}
+		info, ok := e.Info()
+		if !ok {
+			continue
+		}
+		carried++
+		st, err := s.Stat(ctx, e.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(info.Meta, st.Meta) || info.ContentType != st.ContentType || !info.LastModified.Equal(st.LastModified) || info.ETag != st.ETag || info.Size != st.Size {
+			t.Errorf("listed %s as %+v; Stat says %+v", e.Key, info, st)
+		}
+	}
+	if carried != 0 && carried != 2 {
+		t.Errorf("metadata carried for %d of 2 objects", carried)
 	}
 }
 

@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 		{"ReadNeverMixesVersions", testReadNoMix},
 		{"ListOrderAndDelimiter", testList},
 		{"ListStopsOnCallbackError", testListStop},
+		{"ListMetaCarriesWhatStatReturns", testListMeta},
 		{"InvalidRequestsAreRefused", testInvalid},
 		{"CancelledContext", testCancelled},
 		{"RaceIfNoneMatchHasOneWinner", testRaceCreate},
