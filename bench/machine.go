@@ -46,6 +46,9 @@ func reproFlags(cfg config) []string {
 	if cfg.Quick {
 		f = append(f, "-quick")
 	}
+	if cfg.Server != gateway.Versity {
+		f = append(f, "-server "+string(cfg.Server))
+	}
 	if len(cfg.Only) > 0 {
 		f = append(f, "-only "+strings.Join(cfg.Only, ","))
 	}
@@ -125,6 +128,7 @@ func describeMachine(cfg config) []kv {
 		{"go", runtime.Version()},
 		{"fencefs", fencefsVersion},
 		{"versitygw", gateway.PinnedVersion + " (" + gw + ")"},
+		{"S3 server of this run", string(cfg.Server)},
 		{"s3fs", first("s3fs", "--version")},
 		{"rclone", first("rclone", "version")},
 		{"fuse", first("fusermount3", "--version")},

@@ -71,11 +71,12 @@ import (
 type config struct {
 	FencefsBin    string
 	GatewayBin    string
-	LargeSize     int64 // bytes of the sequential write/read file
-	SmallCount    int   // number of small files
-	SmallSize     int   // bytes per small file
-	RenameFiles   int   // files renamed one by one
-	DirFiles      int   // files in the renamed directory
+	Server        gateway.Kind // the S3 server: gateway.Versity or gateway.MinIO
+	LargeSize     int64        // bytes of the sequential write/read file
+	SmallCount    int          // number of small files
+	SmallSize     int          // bytes per small file
+	RenameFiles   int          // files renamed one by one
+	DirFiles      int          // files in the renamed directory
 	Runs          int
 	Only          []string // target names; empty = all
 	Quick         bool
@@ -146,13 +147,14 @@ func parseFlags(args []string) (config, error) {
 // rawFlags are the flags that apply turns into config fields: sizes with
 // units and comma- or space-separated lists.
 type rawFlags struct {
-	size, smallSize, partSize, chunk, only, fencefsArgs, workloads string
+	size, smallSize, partSize, chunk, only, fencefsArgs, workloads, server string
 }
 
 // defineFlags defines the flags of the benchmark on fs, into c and r.
 func defineFlags(fs *flag.FlagSet, c *config, r *rawFlags) {
 	fs.StringVar(&c.FencefsBin, "bin", "bin/fencefs", "fencefs binary")
 	fs.StringVar(&c.GatewayBin, "gateway", "", "versitygw binary (default: $FENCEFS_VERSITYGW, <repo>/bin/versitygw, $PATH)")
+	fs.StringVar(&r.server, "server", string(gateway.Versity), "the S3 server every target uses: versitygw, or minio (a single drive; binary: $FENCEFS_MINIO, <repo>/bin/minio, $PATH)")
 	fs.StringVar(&r.size, "size", "1GiB", "size of the sequentially written and read file")
 	fs.IntVar(&c.SmallCount, "small", 1000, "number of small files")
 	fs.StringVar(&r.smallSize, "small-size", "4KiB", "size of each small file")
@@ -206,6 +208,11 @@ func (r rawFlags) apply(c *config) error {
 	}
 	if c.FindFiles < 4 {
 		return errors.New("-find-files: at least 4 (one per directory)")
+	}
+	switch c.Server = gateway.Kind(r.server); c.Server {
+	case gateway.Versity, gateway.MinIO:
+	default:
+		return fmt.Errorf("-server: %q is neither %s nor %s", r.server, gateway.Versity, gateway.MinIO)
 	}
 	if r.only != "" {
 		for _, name := range strings.Split(r.only, ",") {
@@ -280,18 +287,16 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 	}
 
-	gctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	gw, err := gateway.Start(gctx, gateway.Options{Bin: cfg.GatewayBin, Dir: filepath.Join(cfg.WorkDir, "gateway"), KeepAlive: true})
-	cancel()
+	gw, err := startServer(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("starting the gateway: %w", err)
+		return fmt.Errorf("starting the %s server: %w", cfg.Server, err)
 	}
 	defer func() {
 		if serr := gw.Stop(); serr != nil {
-			slog.Warn("stopping the gateway", "err", serr)
+			slog.Warn("stopping the server", "err", serr)
 		}
 	}()
-	slog.Info("gateway started", "endpoint", gw.Endpoint, "dir", gw.Dir)
+	slog.Info("server started", "kind", cfg.Server, "endpoint", gw.Endpoint, "dir", gw.Dir)
 
 	env, err := newBenchEnv(ctx, cfg, gw)
 	if err != nil {
@@ -311,6 +316,22 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 	}
 	return nil
+}
+
+// startServer starts the S3 server of cfg.Server on 127.0.0.1 with its data
+// in the work directory. The gateway keeps connections alive, as real S3
+// servers (and MinIO) do.
+func startServer(ctx context.Context, cfg config) (*gateway.Gateway, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	dir := filepath.Join(cfg.WorkDir, string(cfg.Server))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if cfg.Server == gateway.MinIO {
+		return gateway.StartMinIO(ctx, gateway.MinIOOptions{Dir: dir})
+	}
+	return gateway.Start(ctx, gateway.Options{Bin: cfg.GatewayBin, Dir: dir, KeepAlive: true})
 }
 
 // prepareWorkDir makes cfg's binary path absolute and creates the work
