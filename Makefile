@@ -104,14 +104,16 @@ lint:
 
 ## bench: measure speed and memory against the raw S3 client and peers (s3fs, rclone mount);
 ## prints a markdown table and saves it under bench/results/. BENCHFLAGS=-quick for a smoke run.
+## The listing workloads (ls -l, find) run a second time on MinIO, whose listings carry metadata.
 BENCHFLAGS ?=
-bench: build $(BIN)/versitygw
+bench: build $(BIN)/versitygw $(BIN)/minio
 	@for p in s3fs rclone; do \
 	  if ! command -v $$p >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing $$p with apt-get"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$p; \
 	  fi; \
 	done
 	$(GO) run ./bench -bin $(BIN)/fencefs -gateway $(BIN)/versitygw $(BENCHFLAGS)
+	$(GO) run ./bench -bin $(BIN)/fencefs -server minio -workloads lsl,find $(BENCHFLAGS)
 
 ## torture: the many-writers fencing checker, for longer (DURATION=30m)
 torture: build $(BIN)/versitygw

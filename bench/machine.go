@@ -13,8 +13,12 @@ import (
 
 // method describes how the numbers were obtained.
 func method(cfg config) string {
-	return fmt.Sprintf(`- One Versity S3 gateway on 127.0.0.1 (posix backend, started with --keep-alive: HTTP connections are reused, as on
-  AWS S3, MinIO or Ceph RGW; the gateway's default closes every connection), a fresh bucket per target and run; runs interleaved across targets,
+	server := "- One Versity S3 gateway on 127.0.0.1 (posix backend, started with --keep-alive: HTTP connections are reused, as on\n" +
+		"  AWS S3, MinIO or Ceph RGW; the gateway's default closes every connection)"
+	if cfg.Server == gateway.MinIO {
+		server = "- One MinIO server on 127.0.0.1 (the pinned community release, one drive; its listings carry each object's metadata)"
+	}
+	return server + fmt.Sprintf(`, a fresh bucket per target and run; runs interleaved across targets,
   each run starting with the next target (run 1: raw first, run 2: the second target first …).
   The gateway's data and every mount's cache/staging directory are in the work directory (see Machine): on tmpfs by default,
   so that the numbers compare the clients rather than the machine's disk.

@@ -510,5 +510,9 @@ func resultsPath(cfg config) string {
 	if host == "" {
 		host = "unknown"
 	}
-	return filepath.Join(root, "bench", "results", time.Now().Format("2006-01-02")+"-"+host+".md")
+	server := ""
+	if cfg.Server != gateway.Versity {
+		server = "-" + string(cfg.Server)
+	}
+	return filepath.Join(root, "bench", "results", time.Now().Format("2006-01-02")+"-"+host+server+".md")
 }

@@ -137,7 +137,8 @@ type Version struct {
 }
 
 // VersionOf returns the Version of the object described by info (which must
-// come from Stat, Get, Put or Copy: listings carry no metadata). A zero info
+// come from Stat, Get, Put or Copy, or objstore.Entry.Info of a listing that
+// carried the object's metadata). A zero info
 // (no ETag) gives the zero Version, "absent".
 func VersionOf(info objstore.ObjectInfo) Version {
 	if info.ETag == "" {

@@ -163,8 +163,8 @@
 // # Tombstones
 //
 // A tombstone is an object with MetaTombstone "1" and a body of exactly
-// TombstoneSize bytes; readers treat it as absent (listings carry no
-// metadata: only entries of that size need a HEAD). Deletes write
+// TombstoneSize bytes; readers treat it as absent (a listing without
+// metadata tells sizes only: entries of that size need a HEAD). Deletes write
 // tombstones when Config.TombstoneDeletes is set (for backends whose DELETE
 // ignores If-Match, where an unconditional DELETE cannot be fenced), and
 // sweeps write them at absent keys. A create over a tombstone is an

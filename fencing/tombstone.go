@@ -7,9 +7,10 @@ import (
 	"github.com/fencefs/fencefs/objstore"
 )
 
-// tombstoneSize is the exact length of every tombstone body. Listings carry
-// no metadata, so readers use the size to decide whether an entry needs a
-// HEAD to be recognised as a tombstone.
+// tombstoneSize is the exact length of every tombstone body. A listing
+// without metadata (objstore.Entry.Meta nil) tells only sizes, so readers use
+// the size to decide whether an entry needs a HEAD to be recognised as a
+// tombstone.
 const tombstoneSize = 128
 
 // tombstoneBody returns the fixed-length body of a tombstone written by
