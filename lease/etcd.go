@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencefs/fencefs/fencing"
-	"github.com/fencefs/fencefs/objstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,11 +23,6 @@ const DefaultEtcdPrefix = "/fencefs/elections/"
 // HowElected is the Acquisition.How (and the acquisitions_total label) of
 // an etcd election won.
 const HowElected = "elected"
-
-// ErrTokenSource: the etcd revision that would be the token is not above
-// the bucket's epoch, because the fence domain was used with another token
-// source (auto, --token, the S3 lease, another etcd cluster).
-var ErrTokenSource = errors.New("token source mismatch")
 
 // ElectionOptions configures Campaign.
 type ElectionOptions struct {
@@ -286,24 +279,4 @@ func (e *Election) Release(ctx context.Context) error {
 	e.relErr = err
 	e.mu.Unlock()
 	return err
-}
-
-// CheckTokenSource refuses (ErrTokenSource) an etcd token that is not
-// above the epoch of the fence domain's register: the domain was then used
-// with another token source (auto, explicit tokens, the S3 lease, or
-// another etcd cluster), and binding would fail, or worse, not be ordered
-// with that source's tokens. Tokens of one fence domain must come from one
-// source. A missing register passes.
-func CheckTokenSource(ctx context.Context, store objstore.Store, domain string, token uint64) error {
-	reg, _, err := fencing.ReadRegister(ctx, store, domain)
-	switch {
-	case errors.Is(err, objstore.ErrNotFound):
-		return nil
-	case err != nil:
-		return fmt.Errorf("reading the epoch register: %w", err)
-	case reg.Epoch >= token:
-		return fmt.Errorf("%w: the etcd revision %d (this leader's token) is not above the bucket's epoch %d: the fence domain was used with another token source (auto, --token, the S3 lease or another etcd cluster); use one token source per fence domain: see `fencefs epoch show`, and run --etcd on a fresh bucket or a prefix domain (--fence-domain prefix)",
-			ErrTokenSource, token, reg.Epoch)
-	}
-	return nil
 }
