@@ -82,7 +82,7 @@ func (e *Etcd) Secrets() []string {
 // where it was set; they never contain the password.
 func LoadEtcd(src Source) (*Etcd, error) {
 	l := newLoader(src)
-	if err := l.read(checkEtcdEnv, etcdSettings); err != nil {
+	if err := l.read(checkEnvPrefix("FENCEFS_ETCD_", etcdSettings), etcdSettings); err != nil {
 		return nil, err
 	}
 	e, err := l.buildEtcd()
@@ -103,25 +103,6 @@ func (l *loader) bind(list []Setting) error {
 			if err := l.v.BindPFlag(s.Key, f); err != nil {
 				return err
 			}
-		}
-	}
-	return nil
-}
-
-// checkEtcdEnv refuses FENCEFS_ETCD_* variables that name no setting.
-func checkEtcdEnv() error {
-	var acc []string
-	known := map[string]bool{}
-	for _, s := range etcdSettings {
-		acc = append(acc, s.Env...)
-		for _, v := range s.Env {
-			known[v] = true
-		}
-	}
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "FENCEFS_ETCD_") && !known[name] {
-			return keyErr(name, "unknown environment variable (accepted: %s)", strings.Join(acc, ", "))
 		}
 	}
 	return nil
@@ -184,35 +165,10 @@ func (l *loader) buildEtcd() (*Etcd, error) {
 		}
 		return nil, keyErr("etcd.cert_file", "missing while etcd.key_file is set")
 	}
-	if err := l.etcdPassword(e); err != nil {
+	pw, err := l.password("etcd", "etcd")
+	if err != nil {
 		return nil, err
 	}
+	e.Password = pw
 	return e, nil
-}
-
-// etcdPassword sets e.Password from etcd.password or etcd.password_file.
-func (l *loader) etcdPassword(e *Etcd) error {
-	pw := strings.TrimSpace(l.v.GetString("etcd.password"))
-	file := strings.TrimSpace(l.v.GetString("etcd.password_file"))
-	switch {
-	case pw != "" && file != "":
-		return keyErr("etcd.password", "set together with etcd.password_file (accepted: one of them)")
-	case file != "":
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return keyErr("etcd.password_file", "cannot read %s: %v", file, errors.Unwrap(err))
-		}
-		pw = strings.TrimRight(string(b), "\r\n")
-		if pw == "" {
-			return keyErr("etcd.password_file", "%s is empty", file)
-		}
-	}
-	e.Password = Secret(pw)
-	switch {
-	case e.Username == "" && pw != "":
-		return keyErr("etcd.username", "missing while an etcd password is set")
-	case e.Username != "" && pw == "":
-		return keyErr("etcd.password", "missing for etcd user %q (set FENCEFS_ETCD_PASSWORD, or etcd.password_file / --etcd-password-file; never on the command line)", e.Username)
-	}
-	return nil
 }

@@ -50,7 +50,8 @@ type Setting struct {
 	Group   Group
 	kind    kind
 	// to returns the Config field the setting fills, a pointer of kind's
-	// type (nil for the etcd.* keys, which LoadEtcd reads itself).
+	// type (nil for the etcd.* and zookeeper.* keys, which LoadEtcd and
+	// LoadZooKeeper read themselves).
 	to func(c *Config) any
 }
 

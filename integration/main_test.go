@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/fencefs/fencefs/integration/harness"
+	"github.com/fencefs/fencefs/integration/zkserver"
 )
 
 const holderEnv = "FENCEFS_TEST_HOLDER"
@@ -25,7 +26,9 @@ func TestMain(m *testing.M) {
 	if files := os.Getenv(holderEnv); files != "" {
 		os.Exit(runHolder(strings.Split(files, "\n")))
 	}
-	os.Exit(harness.Main(m))
+	code := harness.Main(m)
+	zkserver.StopShared() // the ZooKeeper tests share
+	os.Exit(code)
 }
 
 // runHolder is the body of a holder process (see startHolder): it opens each

@@ -208,10 +208,15 @@ func (s *zkSession) sessionTimeout() time.Duration {
 }
 
 // close closes the session (the server deletes its ephemeral znodes at
-// once) and waits for the event loop.
+// once) and waits a moment for the client to finish: a client stuck on a
+// server that does not answer (not ZooKeeper, or frozen) finishes on its
+// own later.
 func (s *zkSession) close() {
 	s.conn.Close()
-	<-s.done
+	select {
+	case <-s.done:
+	case <-time.After(time.Second):
+	}
 	s.end(errors.New("the ZooKeeper session was closed"))
 }
 

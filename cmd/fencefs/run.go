@@ -47,7 +47,7 @@ type runOptions struct {
 func newRunCmd() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run [--etcd URL[,URL...]] --lease NAME --mount MOUNTPOINT [flags] -- COMMAND [ARGS...]",
+		Use:   "run [--etcd URL[,URL...] | --zookeeper HOST:PORT[,...]] --lease NAME --mount MOUNTPOINT [flags] -- COMMAND [ARGS...]",
 		Short: "Run a command while holding a lease, fenced by the lease's token",
 		Long: `Wait for the lease NAME on the bucket of the fencefs mount at MOUNTPOINT,
 bind the next fencing token on that mount (as "setfattr -n user.fencefs.token
@@ -87,6 +87,15 @@ stopped the same way, and fencefs run exits 75. It resigns when COMMAND
 exits. A fence domain takes its tokens from one source: a revision not above
 the bucket's epoch is refused (see docs/ETCD.md).
 
+With --zookeeper (or zookeeper.servers set in the environment or the config
+file) the leader is elected in a ZooKeeper ensemble instead: fencefs run
+creates an ephemeral sequential znode under --zookeeper-prefix/NAME in a
+session whose timeout is the TTL, and once its znode is the lowest, binds the
+znode's creation zxid as the token. The leadership is lost when the session
+expires, no server answers for the session timeout, or the znode is deleted;
+fencefs run then exits 75 as above. It deletes its znode when COMMAND exits
+(see docs/ZOOKEEPER.md).
+
 Exit status: COMMAND's; 75 if the lease was lost; 126/127 if COMMAND cannot be
 run; 2 for usage errors; 1 for other failures; 130/143 if interrupted while
 waiting.`,
@@ -105,7 +114,7 @@ waiting.`,
 	f.DurationVar(&o.ttl, "ttl", lease.DefaultTTL, "lease TTL: renewed every TTL/3, lost without a renewal for 4/5 of it")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
 	f.BoolVar(&o.foreground, "foreground", false, "run COMMAND in this process group (it can read the terminal; its children are not signalled)")
-	addAdminFlags(cmd, config.GroupMetrics|config.GroupEtcd)
+	addAdminFlags(cmd, config.GroupMetrics|config.GroupEtcd|config.GroupZooKeeper)
 	f.String("fence-domain", config.DomainBucket, "fence domain of the mount: bucket or prefix")
 	return cmd
 }
@@ -114,7 +123,7 @@ waiting.`,
 // for the leadership (a signal abandons the wait), then run COMMAND under
 // it and exit with its status.
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
-	ec, mp, target, err := checkRun(cmd, o)
+	co, mp, target, err := checkRun(cmd, o)
 	if err != nil {
 		return err
 	}
@@ -131,14 +140,14 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		return interruptedOr(w.end(), o, err)
 	}
 	defer env.close()
-	setSecrets(append(env.cfg.Secrets(), ec.Secrets()...))
+	setSecrets(append(env.cfg.Secrets(), append(co.etcd.Secrets(), co.zk.Secrets()...)...))
 	var held atomic.Pointer[lease.Leader] // for /healthz, once acquired
 	stopMetrics, err := serveRunMetrics(env, reg, o.lease, &held)
 	if err != nil {
 		return interruptedOr(w.end(), o, err)
 	}
 	defer stopMetrics()
-	l, closeElect, err := acquireLeader(w.ctx, ec, env, o, mp, reg)
+	l, closeElect, err := acquireLeader(w.ctx, co, env, o, mp, reg)
 	if err != nil {
 		return interruptedOr(w.end(), o, err)
 	}
@@ -165,46 +174,67 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	return runExit(o, argv[0], c.ProcessState, waitErr, lostErr)
 }
 
+// coordinators are the settings of the coordinators fencefs run may elect
+// in (at most one enabled; none: the S3 lease).
+type coordinators struct {
+	etcd *config.Etcd
+	zk   *config.ZooKeeper
+}
+
 // checkRun checks the flags of `fencefs run` and the mount at o.mount, and
-// returns the etcd settings, the absolute mountpoint and the
+// returns the coordinators' settings, the absolute mountpoint and the
 // BUCKET[/PREFIX] to configure (see runTarget).
-func checkRun(cmd *cobra.Command, o runOptions) (ec *config.Etcd, mp, target string, err error) {
+func checkRun(cmd *cobra.Command, o runOptions) (co coordinators, mp, target string, err error) {
 	switch {
 	case o.lease == "":
-		return nil, "", "", usageErrorf("--lease NAME is required")
+		return co, "", "", usageErrorf("--lease NAME is required")
 	case o.mount == "":
-		return nil, "", "", usageErrorf("--mount MOUNTPOINT is required")
+		return co, "", "", usageErrorf("--mount MOUNTPOINT is required")
 	case o.ttl < lease.MinTTL:
-		return nil, "", "", usageErrorf("--ttl %v is below the minimum %v", o.ttl, lease.MinTTL)
+		return co, "", "", usageErrorf("--ttl %v is below the minimum %v", o.ttl, lease.MinTTL)
 	case o.grace < 0:
-		return nil, "", "", usageErrorf("--grace %v is negative", o.grace)
+		return co, "", "", usageErrorf("--grace %v is negative", o.grace)
 	}
 	if err := lease.ValidName(o.lease); err != nil {
-		return nil, "", "", usageErrorf("--lease: %v", err)
+		return co, "", "", usageErrorf("--lease: %v", err)
 	}
-	ec, err = config.LoadEtcd(config.Source{Flags: cmd.Flags()})
-	if err != nil {
-		return nil, "", "", usageError{err}
-	}
-	if ec.Enabled() {
-		if err := checkEtcdTTL(o.ttl); err != nil {
-			return nil, "", "", err
-		}
+	if co, err = loadCoordinators(cmd, o); err != nil {
+		return co, "", "", err
 	}
 	mp, err = filepath.Abs(o.mount)
 	if err != nil {
-		return nil, "", "", usageErrorf("--mount: %v", err)
+		return co, "", "", usageErrorf("--mount: %v", err)
 	}
 	target, err = runTarget(mp, o.bucket)
 	if err != nil {
-		return nil, "", "", err
+		return co, "", "", err
 	}
 	if st, err := readStatus(mp); err != nil {
-		return nil, "", "", err
+		return co, "", "", err
 	} else if st["state"] == "off" {
-		return nil, "", "", usageErrorf("the mount at %s has fencing off (fence.mode=off): fencefs run needs a fenced mount", mp)
+		return co, "", "", usageErrorf("the mount at %s has fencing off (fence.mode=off): fencefs run needs a fenced mount", mp)
 	}
-	return ec, mp, target, nil
+	return co, mp, target, nil
+}
+
+// loadCoordinators reads the etcd and ZooKeeper settings and refuses both
+// at once (each is a token source of its own).
+func loadCoordinators(cmd *cobra.Command, o runOptions) (co coordinators, err error) {
+	src := config.Source{Flags: cmd.Flags()}
+	if co.etcd, err = config.LoadEtcd(src); err != nil {
+		return co, usageError{err}
+	}
+	if co.zk, err = config.LoadZooKeeper(src); err != nil {
+		return co, usageError{err}
+	}
+	switch {
+	case co.etcd.Enabled() && co.zk.Enabled():
+		return co, usageErrorf("etcd (%s) and ZooKeeper (%s) are both set: a fence domain takes its tokens from one source; keep one of etcd.endpoints and zookeeper.servers",
+			strings.Join(co.etcd.Endpoints, ","), strings.Join(co.zk.Servers, ","))
+	case co.etcd.Enabled():
+		return co, checkEtcdTTL(o.ttl)
+	}
+	return co, nil
 }
 
 // waitPhase is the signal handling while fencefs run waits for the lease: a
@@ -273,12 +303,15 @@ func serveRunMetrics(env *adminEnv, reg *prometheus.Registry, name string, held 
 	}, nil
 }
 
-// acquireLeader waits for the leadership, in etcd when ec is enabled, else
-// the S3 lease, and binds its token on the mount at mp. The returned
-// function closes what the election needs (after Release).
-func acquireLeader(ctx context.Context, ec *config.Etcd, env *adminEnv, o runOptions, mp string, reg prometheus.Registerer) (lease.Leader, func(), error) {
-	if ec.Enabled() {
-		return campaignEtcd(ctx, ec, env, o, mp, reg)
+// acquireLeader waits for the leadership, in etcd or ZooKeeper when one is
+// enabled, else the S3 lease, and binds its token on the mount at mp. The
+// returned function closes what the election needs (after Release).
+func acquireLeader(ctx context.Context, co coordinators, env *adminEnv, o runOptions, mp string, reg prometheus.Registerer) (lease.Leader, func(), error) {
+	switch {
+	case co.etcd.Enabled():
+		return campaignEtcd(ctx, co.etcd, env, o, mp, reg)
+	case co.zk.Enabled():
+		return campaignZooKeeper(ctx, co.zk, env, o, mp, reg)
 	}
 	l, err := acquireS3Lease(ctx, env, o, mp, reg)
 	return l, func() {}, err

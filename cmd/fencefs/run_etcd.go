@@ -130,18 +130,19 @@ func openEtcd(ctx context.Context, ec *config.Etcd) (*clientv3.Client, error) {
 	return client, nil
 }
 
-// etcdBinder binds token on the mount at mp, after checking that it is
-// above the fence domain's epoch (one token source per fence domain).
-func etcdBinder(env *adminEnv, mp string) func(ctx context.Context, token uint64) error {
+// coordinatorBinder binds token, from the coordinator src, on the mount at
+// mp, after checking that it is above the fence domain's epoch (one token
+// source per fence domain).
+func coordinatorBinder(env *adminEnv, mp string, src lease.TokenSource) func(ctx context.Context, token uint64) error {
 	domain := env.cfg.DomainKeyPrefix()
 	return func(ctx context.Context, token uint64) error {
-		if err := lease.CheckTokenSource(ctx, env.store, domain, token); err != nil {
+		if err := lease.CheckTokenFrom(ctx, env.store, domain, src, token); err != nil {
 			return err
 		}
 		got, err := mountBinder(mp, strconv.FormatUint(token, 10))(ctx)
 		if err != nil {
 			// Another source may have raised the epoch since the check.
-			if cerr := lease.CheckTokenSource(ctx, env.store, domain, token); errors.Is(cerr, lease.ErrTokenSource) {
+			if cerr := lease.CheckTokenFrom(ctx, env.store, domain, src, token); errors.Is(cerr, lease.ErrTokenSource) {
 				return cerr
 			}
 			return err
@@ -167,7 +168,7 @@ func campaignEtcd(ctx context.Context, ec *config.Etcd, env *adminEnv, o runOpti
 		Prefix:     ec.Prefix,
 		TTL:        o.ttl,
 		Holder:     env.cfg.Fence.Holder,
-		Bind:       etcdBinder(env, mp),
+		Bind:       coordinatorBinder(env, mp, lease.EtcdSource),
 		Logger:     env.log,
 		Registerer: reg,
 	})
