@@ -72,8 +72,9 @@ $(BIN)/promtool:
 	  rm -rf "$$tmp"; \
 	else echo "promtool is missing: install it (Debian: the prometheus package); the deploy tests need it"; fi
 
-## deps: what the tests need from the system (fuse3 for fusermount3), plus the gateway, MinIO,
-## etcd and promtool, built side by side (the two servers take minutes the first time)
+## deps: what the tests need from the system (fuse3 for fusermount3, Debian's ZooKeeper for the
+## `fencefs run --zookeeper` tests), plus the gateway, MinIO, etcd and promtool, built side by
+## side (the two servers take minutes the first time)
 deps:
 	@$(MAKE) --no-print-directory -j4 --output-sync=line servers
 	@if ! command -v fusermount3 >/dev/null 2>&1; then \
@@ -82,6 +83,14 @@ deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3; \
 	  else \
 	    echo "fusermount3 is missing: install the fuse3 package (as root: apt-get install fuse3)"; \
+	  fi; \
+	fi
+	@if [ ! -e /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing zookeeper (and a Java runtime) with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper; \
+	  else \
+	    echo "ZooKeeper is missing: install the zookeeper package (as root: apt-get install zookeeper)"; \
 	  fi; \
 	fi
 

@@ -130,6 +130,15 @@
 // takes its tokens from one source: CheckTokenSource refuses a revision
 // not above the domain's epoch (ErrTokenSource). See docs/ETCD.md.
 //
+// CampaignZooKeeper is the same with a ZooKeeper ensemble (zk.go): the
+// recipe's ephemeral sequential candidates, each watching only its
+// predecessor, and the leader znode's creation zxid as the token; the
+// ZooKeeperElection is lost when the session expires, when no server has
+// answered for the session timeout, or when the znode is deleted; Release
+// deletes the znode and the containers above it left empty.
+// CheckTokenFrom(…, ZooKeeperSource, …) refuses a zxid not above the
+// domain's epoch. See docs/ZOOKEEPER.md.
+//
 // # Concurrency
 //
 // A Lease is safe for concurrent use. One goroutine per held lease renews it

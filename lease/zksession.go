@@ -37,6 +37,7 @@ type zkSession struct {
 	downSince time.Time     // GUARDED_BY(mu): when the connection went down; zero while up
 	downTimer *time.Timer   // GUARDED_BY(mu): ends the session timeout after downSince
 	lastFail  string        // GUARDED_BY(mu): the last connection failure, for messages
+	closing   bool          // GUARDED_BY(mu): close was called
 	endErr    error         // GUARDED_BY(mu): why the session ended
 }
 
@@ -144,7 +145,7 @@ func (s *zkSession) established() {
 func (s *zkSession) wentDown() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sessionID == 0 || !s.downSince.IsZero() || s.endErr != nil {
+	if s.sessionID == 0 || !s.downSince.IsZero() || s.endErr != nil || s.closing {
 		return
 	}
 	since, timeout := time.Now(), s.timeout
@@ -212,6 +213,9 @@ func (s *zkSession) sessionTimeout() time.Duration {
 // server that does not answer (not ZooKeeper, or frozen) finishes on its
 // own later.
 func (s *zkSession) close() {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
 	s.conn.Close()
 	select {
 	case <-s.done:
