@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,169 +41,37 @@ func etcdKeys(ctx context.Context, t *testing.T, srv *etcdserver.Server, electio
 	return out
 }
 
+// etcdCoordinator drives the election "leader" in srv with a 2 s TTL.
+func etcdCoordinator(ctx context.Context, t *testing.T, srv *etcdserver.Server) coordinator {
+	return coordinator{
+		args: func(extra ...string) []string {
+			return append([]string{"--etcd", srv.Endpoint, "--ttl", "2s"}, extra...)
+		},
+		candidates: func() map[string]int64 { return etcdKeys(ctx, t, srv, "leader") },
+		// Its session ended, or the watch saw etcd delete its expired key.
+		lost: []string{"the etcd session ended", "the leader key"},
+	}
+}
+
 func TestRunEtcdContendersRunOneCommandAtATime(t *testing.T) {
 	gw := gateway.ForTest(t)
 	srv := etcdserver.ForTest(t, etcdserver.Options{})
-	bucket := gateway.NewBucket(t, gw)
-	a := harness.Mount(t, gw, bucket)
-	b := harness.Mount(t, gw, bucket)
-	logPath := filepath.Join(t.TempDir(), "children.log")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
-	child := []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=hold", "LEASE_CHILD_HOLD=700ms"}
-	etcd := []string{"--etcd", srv.Endpoint, "--ttl", "2s"}
-	runs := []*runProc{
-		startRun(t, gw, "A1", "leader", a.Dir, child, etcd...),
-		startRun(t, gw, "B", "leader", b.Dir, child, etcd...),
-		startRun(t, gw, "A2", "leader", a.Dir, child, etcd...),
-	}
-	for _, r := range runs {
-		if code := r.wait(ctx, t); code != 0 {
-			t.Errorf("fencefs run %s exited %d; output:\n%s", r.name, code, r.output())
-		}
-	}
-	var inside string
-	var last uint64
-	starts := 0
-	for _, e := range readChildLog(t, logPath) {
-		switch e.kind {
-		case "start":
-			if inside != "" {
-				t.Errorf("%s started while %s was still running", e.name, inside)
-			}
-			inside, starts = e.name, starts+1
-			if e.token <= last || e.bound != strconv.FormatUint(e.token, 10) {
-				t.Errorf("%s: token %d (mount shows %s) after %d; want growing tokens, bound on the mount", e.name, e.token, e.bound, last)
-			}
-			last = e.token
-		case "write":
-			if e.res != "ok" {
-				t.Errorf("%s (token %d) could not write while leading: %s", e.name, e.token, e.res)
-			}
-		case "end", "term":
-			inside = ""
-		}
-	}
-	if starts != 3 {
-		t.Errorf("%d commands started; want 3", starts)
-	}
-	if keys := etcdKeys(ctx, t, srv, "leader"); len(keys) != 0 {
-		t.Errorf("election keys left after every run resigned: %v", keys)
-	}
+	contendersTakeTurns(t, gw, etcdCoordinator(context.Background(), t, srv))
 }
 
 func TestRunEtcdFrozenLeaderIsFencedAndStopped(t *testing.T) {
 	gw := gateway.ForTest(t)
 	srv := etcdserver.ForTest(t, etcdserver.Options{})
-	bucket := gateway.NewBucket(t, gw)
-	ma := harness.Mount(t, gw, bucket)
-	mb := harness.Mount(t, gw, bucket)
-	dir := t.TempDir()
-	logA, logB := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	addrB := metricsAddr(t)
-
-	runA, startA := startWritingLeader(ctx, t, gw, ma.Dir, logA, "--etcd", srv.Endpoint, "--ttl", "2s", "--grace", "5s")
-	keys := etcdKeys(ctx, t, srv, "leader")
-	if len(keys) != 1 {
-		t.Fatalf("election keys %v; want A's alone", keys)
-	}
-	for _, rev := range keys {
-		if uint64(rev) != startA.token {
-			t.Errorf("A's token %d is not its leader key's create revision %d", startA.token, rev)
-		}
-	}
-
-	runB := startRun(t, gw, "B", "leader", mb.Dir, []string{"LEASE_CHILD_LOG=" + logB, "LEASE_CHILD_MODE=loop"}, "--etcd", srv.Endpoint, "--ttl", "2s", "--grace", "5s", "--metrics-addr", addrB)
-	waitUntil(ctx, t, "B campaigns", func() bool { return len(etcdKeys(ctx, t, srv, "leader")) == 2 })
-	wantHealth(t, addrB, 503, "waiting for lease leader")
-	if evs := readChildLog(t, logB); len(evs) != 0 {
-		t.Fatalf("B's command started while A leads: %v", evs)
-	}
-
-	// Freeze the whole leader: fencefs run, its command, its mount.
-	for _, pid := range []int{runA.cmd.Process.Pid, -startA.pid, ma.Pid()} {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatalf("SIGSTOP %d: %v", pid, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, pid := range []int{ma.Pid(), -startA.pid, runA.cmd.Process.Pid} {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	})
-	var startB childEvent
-	waitUntil(ctx, t, "B wins when A's session expires, and writes", func() bool {
-		evs := readChildLog(t, logB)
-		startB, _ = findEvent(evs, func(e childEvent) bool { return e.kind == "start" })
-		_, ok := findEvent(evs, func(e childEvent) bool { return e.kind == "write" && e.res == "ok" })
-		return ok
-	})
-	killGroupOnCleanup(t, startB.pid)
-	if startB.token <= startA.token {
-		t.Fatalf("B's token %d is not above A's %d", startB.token, startA.token)
-	}
-	wantHealth(t, addrB, 200, "ok lease=leader token="+strconv.FormatUint(startB.token, 10))
-	wantMetrics(t, addrB, "fencefs_lease_held{lease=\"leader\"} 1", "fencefs_lease_token{lease=\"leader\"} "+strconv.FormatUint(startB.token, 10),
-		"fencefs_lease_acquisitions_total{how=\"elected\",lease=\"leader\"} 1")
-
-	// The mount and the command wake first: the storage refuses them.
-	thawAndWantEROFS(ctx, t, logA, ma, startA.pid)
-	// Then fencefs run A: its session has ended, it stops the command.
-	_ = syscall.Kill(runA.cmd.Process.Pid, syscall.SIGCONT)
-	if code := runA.wait(ctx, t); code != 75 {
-		t.Errorf("fencefs run A exited %d; want 75; output:\n%s", code, runA.output())
-	}
-	// Its session ended, or the watch saw etcd delete its expired key.
-	if out := runA.output(); !strings.Contains(out, "fencefs: run: lease leader lost: the etcd session ended") &&
-		!strings.Contains(out, "fencefs: run: lease leader lost: the leader key") {
-		t.Errorf("fencefs run A did not say it lost the leadership; output:\n%s", out)
-	}
-	evsA := readChildLog(t, logA)
-	if last := evsA[len(evsA)-1]; last.kind != "term" {
-		t.Errorf("A's command was not stopped by SIGTERM; its last event: %+v", last)
-	}
-	checkFencedWrites(ctx, t, gw, bucket, evsA, startA.token)
-
-	// B keeps writing; SIGTERM is forwarded, the command exits 0, B resigns.
-	stopLeaderCleanly(ctx, t, runB, logB)
-	if keys := etcdKeys(ctx, t, srv, "leader"); len(keys) != 0 {
-		t.Errorf("election keys after B resigned: %v", keys)
-	}
+	frozenLeaderIsFencedAndStopped(t, gw, etcdCoordinator(context.Background(), t, srv))
 }
 
 func TestRunEtcdStoppedUnderTheLeaderStopsTheCommandWithinTheTTL(t *testing.T) {
 	gw := gateway.ForTest(t)
 	srv := etcdserver.ForTest(t, etcdserver.Options{})
-	bucket := gateway.NewBucket(t, gw)
-	m := harness.Mount(t, gw, bucket)
-	logPath := filepath.Join(t.TempDir(), "a.log")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	const ttl = 2 * time.Second
-
-	run := startRun(t, gw, "A", "leader", m.Dir, []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=loop"}, "--etcd", srv.Endpoint, "--ttl", ttl.String(), "--grace", "5s")
-	waitUntil(ctx, t, "the command runs", func() bool {
-		_, ok := findEvent(readChildLog(t, logPath), func(e childEvent) bool { return e.kind == "write" })
-		return ok
-	})
-	srv.Kill()
-	killed := time.Now()
-	waitUntil(ctx, t, "the command is stopped", func() bool {
-		_, ok := findEvent(readChildLog(t, logPath), func(e childEvent) bool { return e.kind == "term" })
-		return ok
-	})
 	// The client gives up TTL after the last answered keepalive, checking
 	// once a second: TTL + 1 s, plus margin for a loaded machine.
-	if took := time.Since(killed); took > ttl+4*time.Second {
-		t.Errorf("the command was stopped %v after etcd died; want within the TTL %v (+ margin)", took, ttl)
-	}
-	if code := run.wait(ctx, t); code != 75 {
-		t.Errorf("fencefs run exited %d; want 75; output:\n%s", code, run.output())
-	}
-	t.Logf("stopped %v after etcd died; fencefs run:\n%s", time.Since(killed).Round(10*time.Millisecond), run.output())
+	coordinatorStoppedStopsTheCommand(t, gw, []string{"--etcd", srv.Endpoint, "--ttl", ttl.String()}, srv.Kill, ttl+4*time.Second)
 }
 
 func TestRunEtcdBadConnectionOrTokenSourceIsOneLineAndStartsNothing(t *testing.T) {
@@ -238,13 +105,7 @@ func TestRunEtcdBadConnectionOrTokenSourceIsOneLineAndStartsNothing(t *testing.T
 	}
 	mf := harness.Mount(t, gw, fenced)
 
-	for _, tc := range []struct {
-		name  string
-		mount string
-		env   []string
-		args  []string
-		want  string
-	}{
+	wantBadRunsRefused(ctx, t, gw, []badRun{
 		{"nothing listens", m.Dir, nil, []string{"--etcd", "http://127.0.0.1:" + strconv.Itoa(port), "--etcd-dial-timeout", "2s"}, "cannot reach etcd (etcd.dial_timeout 2s): etcd at http://127.0.0.1:" + strconv.Itoa(port) + ": connect: connection refused"},
 		{"plain URL, TLS server", m.Dir, nil, []string{"--etcd", strings.Replace(secure.Endpoint, "https", "http", 1), "--etcd-dial-timeout", "2s"}, "did not answer within 2s (etcd.dial_timeout)"},
 		{"unknown CA", m.Dir, nil, []string{"--etcd", secure.Endpoint}, "TLS handshake: tls: failed to verify certificate: x509: certificate signed by unknown authority"},
@@ -253,28 +114,7 @@ func TestRunEtcdBadConnectionOrTokenSourceIsOneLineAndStartsNothing(t *testing.T
 		{"password without user", m.Dir, []string{"FENCEFS_ETCD_PASSWORD=wrong-password"}, []string{"--etcd", authed.Endpoint}, "etcd.username: missing while an etcd password is set"},
 		{"fractional TTL", m.Dir, nil, []string{"--etcd", plain.Endpoint, "--ttl", "1500ms"}, "etcd leases last whole seconds"},
 		{"token source mismatch", mf.Dir, nil, []string{"--etcd", plain.Endpoint}, "is not above the bucket's epoch 1000"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			logPath := filepath.Join(t.TempDir(), "child.log")
-			args := append([]string{"run", "--lease", "leader", "--mount", tc.mount}, tc.args...)
-			args = append(args, "--", "/bin/sh", "-c", "echo started > "+logPath)
-			out, err := harness.Run(ctx, t, gw, tc.env, args...)
-			if err == nil {
-				t.Fatalf("fencefs run succeeded; output:\n%s", out)
-			}
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if last := lines[len(lines)-1]; !strings.Contains(last, tc.want) || !strings.HasPrefix(last, "fencefs: run: ") {
-				t.Errorf("last line %q; want \"fencefs: run: …%s…\"; output:\n%s", last, tc.want, out)
-			}
-			if strings.Contains(out, "wrong-password") {
-				t.Errorf("the password shows in the output:\n%s", out)
-			}
-			t.Logf("%s", out)
-			if _, err := os.Stat(logPath); err == nil {
-				t.Errorf("the command was started")
-			}
-		})
-	}
+	})
 	if keys := etcdKeys(ctx, t, plain, "leader"); len(keys) != 0 {
 		t.Errorf("election keys left behind: %v", keys)
 	}

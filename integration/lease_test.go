@@ -166,15 +166,7 @@ func readChildLog(t *testing.T, path string) []childEvent {
 func startWritingLeader(ctx context.Context, t *testing.T, gw *gateway.Gateway, mountDir, logA string, args ...string) (*runProc, childEvent) {
 	t.Helper()
 	runA := startRun(t, gw, "A", "leader", mountDir, []string{"LEASE_CHILD_LOG=" + logA, "LEASE_CHILD_MODE=loop"}, args...)
-	var startA childEvent
-	waitUntil(ctx, t, "A's command writes through its mount", func() bool {
-		evs := readChildLog(t, logA)
-		startA, _ = findEvent(evs, func(e childEvent) bool { return e.kind == "start" })
-		_, ok := findEvent(evs, func(e childEvent) bool { return e.kind == "write" && e.res == "ok" })
-		return ok
-	})
-	killGroupOnCleanup(t, startA.pid)
-	return runA, startA
+	return runA, waitLeading(ctx, t, logA, "A's command writes through its mount")
 }
 
 // stopLeaderCleanly sends SIGTERM to the leading fencefs run B, which

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -73,134 +72,32 @@ func wantNothingLeft(t *testing.T, c *zk.Conn, root string) {
 	}
 }
 
+// zkCoordinator drives the election "leader" under root in ens, with a
+// 2 s session timeout.
+func zkCoordinator(t *testing.T, ens *zkserver.Ensemble, root string) coordinator {
+	c := zkConn(t, ens)
+	return coordinator{
+		args:       func(extra ...string) []string { return zkArgs(ens, root, extra...) },
+		candidates: func() map[string]int64 { return zkCandidates(t, c, root+"/fencefs/leader") },
+		// Expired (seen on reconnecting), or its znode seen gone.
+		lost: []string{"the ZooKeeper session", "the leader znode", "no ZooKeeper server answered"},
+	}
+}
+
 func TestRunZooKeeperContendersRunOneCommandAtATime(t *testing.T) {
 	gw := gateway.ForTest(t)
 	ens := zkserver.Shared(t)
-	bucket := gateway.NewBucket(t, gw)
-	a := harness.Mount(t, gw, bucket)
-	b := harness.Mount(t, gw, bucket)
-	logPath := filepath.Join(t.TempDir(), "children.log")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	root := "/" + t.Name()
-
-	child := []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=hold", "LEASE_CHILD_HOLD=700ms"}
-	runs := []*runProc{
-		startRun(t, gw, "A1", "leader", a.Dir, child, zkArgs(ens, root)...),
-		startRun(t, gw, "B", "leader", b.Dir, child, zkArgs(ens, root)...),
-		startRun(t, gw, "A2", "leader", a.Dir, child, zkArgs(ens, root)...),
-	}
-	for _, r := range runs {
-		if code := r.wait(ctx, t); code != 0 {
-			t.Errorf("fencefs run %s exited %d; output:\n%s", r.name, code, r.output())
-		}
-	}
-	var inside string
-	var last uint64
-	starts := 0
-	for _, e := range readChildLog(t, logPath) {
-		switch e.kind {
-		case "start":
-			if inside != "" {
-				t.Errorf("%s started while %s was still running", e.name, inside)
-			}
-			inside, starts = e.name, starts+1
-			if e.token <= last || e.bound != strconv.FormatUint(e.token, 10) {
-				t.Errorf("%s: token %d (mount shows %s) after %d; want growing tokens, bound on the mount", e.name, e.token, e.bound, last)
-			}
-			last = e.token
-		case "write":
-			if e.res != "ok" {
-				t.Errorf("%s (token %d) could not write while leading: %s", e.name, e.token, e.res)
-			}
-		case "end", "term":
-			inside = ""
-		}
-	}
-	if starts != 3 {
-		t.Errorf("%d commands started; want 3", starts)
-	}
+	contendersTakeTurns(t, gw, zkCoordinator(t, ens, root))
 	wantNothingLeft(t, zkConn(t, ens), root)
 }
 
 func TestRunZooKeeperFrozenLeaderIsFencedAndStopped(t *testing.T) {
 	gw := gateway.ForTest(t)
 	ens := zkserver.Shared(t)
-	c := zkConn(t, ens)
-	bucket := gateway.NewBucket(t, gw)
-	ma := harness.Mount(t, gw, bucket)
-	mb := harness.Mount(t, gw, bucket)
-	dir := t.TempDir()
-	logA, logB := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	addrB := metricsAddr(t)
 	root := "/" + t.Name()
-	election := root + "/fencefs/leader"
-
-	runA, startA := startWritingLeader(ctx, t, gw, ma.Dir, logA, zkArgs(ens, root, "--grace", "5s")...)
-	cands := zkCandidates(t, c, election)
-	if len(cands) != 1 {
-		t.Fatalf("candidates %v; want A's alone", cands)
-	}
-	for _, czxid := range cands {
-		if uint64(czxid) != startA.token {
-			t.Errorf("A's token %d is not its znode's Czxid %d", startA.token, czxid)
-		}
-	}
-
-	runB := startRun(t, gw, "B", "leader", mb.Dir, []string{"LEASE_CHILD_LOG=" + logB, "LEASE_CHILD_MODE=loop"}, zkArgs(ens, root, "--grace", "5s", "--metrics-addr", addrB)...)
-	waitUntil(ctx, t, "B is a candidate", func() bool { return len(zkCandidates(t, c, election)) == 2 })
-	wantHealth(t, addrB, 503, "waiting for lease leader")
-	if evs := readChildLog(t, logB); len(evs) != 0 {
-		t.Fatalf("B's command started while A leads: %v", evs)
-	}
-
-	// Freeze the whole leader: fencefs run, its command, its mount.
-	for _, pid := range []int{runA.cmd.Process.Pid, -startA.pid, ma.Pid()} {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatalf("SIGSTOP %d: %v", pid, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, pid := range []int{ma.Pid(), -startA.pid, runA.cmd.Process.Pid} {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	})
-	var startB childEvent
-	waitUntil(ctx, t, "B leads once A's session expires, and writes", func() bool {
-		evs := readChildLog(t, logB)
-		startB, _ = findEvent(evs, func(e childEvent) bool { return e.kind == "start" })
-		_, ok := findEvent(evs, func(e childEvent) bool { return e.kind == "write" && e.res == "ok" })
-		return ok
-	})
-	killGroupOnCleanup(t, startB.pid)
-	if startB.token <= startA.token {
-		t.Fatalf("B's token %d is not above A's %d", startB.token, startA.token)
-	}
-	wantHealth(t, addrB, 200, "ok lease=leader token="+strconv.FormatUint(startB.token, 10))
-	wantMetrics(t, addrB, "fencefs_lease_held{lease=\"leader\"} 1", "fencefs_lease_token{lease=\"leader\"} "+strconv.FormatUint(startB.token, 10),
-		"fencefs_lease_acquisitions_total{how=\"elected\",lease=\"leader\"} 1")
-
-	// The mount and the command wake first: the storage refuses them.
-	thawAndWantEROFS(ctx, t, logA, ma, startA.pid)
-	// Then fencefs run A: its session has expired, it stops the command.
-	_ = syscall.Kill(runA.cmd.Process.Pid, syscall.SIGCONT)
-	if code := runA.wait(ctx, t); code != 75 {
-		t.Errorf("fencefs run A exited %d; want 75; output:\n%s", code, runA.output())
-	}
-	if out := runA.output(); !strings.Contains(out, "fencefs: run: lease leader lost: ") {
-		t.Errorf("fencefs run A did not say it lost the leadership; output:\n%s", out)
-	}
-	evsA := readChildLog(t, logA)
-	if last := evsA[len(evsA)-1]; last.kind != "term" {
-		t.Errorf("A's command was not stopped by SIGTERM; its last event: %+v", last)
-	}
-	checkFencedWrites(ctx, t, gw, bucket, evsA, startA.token)
-
-	// B keeps writing; SIGTERM is forwarded, the command exits 0, B resigns.
-	stopLeaderCleanly(ctx, t, runB, logB)
-	wantNothingLeft(t, c, root)
+	frozenLeaderIsFencedAndStopped(t, gw, zkCoordinator(t, ens, root))
+	wantNothingLeft(t, zkConn(t, ens), root)
 }
 
 func TestRunZooKeeperEnsembleLeaderKilledKeepsOneLeaderAndGrowingTokens(t *testing.T) {
@@ -250,14 +147,7 @@ func TestRunZooKeeperEnsembleLeaderKilledKeepsOneLeaderAndGrowingTokens(t *testi
 	// A hands over: B's znode was created in the old ZooKeeper epoch, so
 	// its token is above A's, in the same epoch.
 	stopLeaderCleanly(ctx, t, runA, logA)
-	var startB childEvent
-	waitUntil(ctx, t, "B leads and writes", func() bool {
-		evs := readChildLog(t, logB)
-		startB, _ = findEvent(evs, func(e childEvent) bool { return e.kind == "start" })
-		_, ok := findEvent(evs, func(e childEvent) bool { return e.kind == "write" && e.res == "ok" })
-		return ok
-	})
-	killGroupOnCleanup(t, startB.pid)
+	startB := waitLeading(ctx, t, logB, "B leads and writes")
 	if startB.token <= startA.token {
 		t.Errorf("B's token %#x is not above A's %#x", startB.token, startA.token)
 	}
@@ -267,14 +157,7 @@ func TestRunZooKeeperEnsembleLeaderKilledKeepsOneLeaderAndGrowingTokens(t *testi
 	runC := startRun(t, gw, "C", "leader", ma.Dir, []string{"LEASE_CHILD_LOG=" + logC, "LEASE_CHILD_MODE=loop"}, args...)
 	waitUntil(ctx, t, "C is a candidate", func() bool { return len(zkCandidates(t, c, election)) == 2 })
 	stopLeaderCleanly(ctx, t, runB, logB)
-	var startC childEvent
-	waitUntil(ctx, t, "C leads and writes", func() bool {
-		evs := readChildLog(t, logC)
-		startC, _ = findEvent(evs, func(e childEvent) bool { return e.kind == "start" })
-		_, ok := findEvent(evs, func(e childEvent) bool { return e.kind == "write" && e.res == "ok" })
-		return ok
-	})
-	killGroupOnCleanup(t, startC.pid)
+	startC := waitLeading(ctx, t, logC, "C leads and writes")
 	if startC.token>>32 <= startA.token>>32 {
 		t.Errorf("C's token %#x is not of a later ZooKeeper epoch than A's %#x", startC.token, startA.token)
 	}
@@ -286,35 +169,12 @@ func TestRunZooKeeperEnsembleLeaderKilledKeepsOneLeaderAndGrowingTokens(t *testi
 func TestRunZooKeeperStoppedStopsTheCommandWithinTheSessionTimeout(t *testing.T) {
 	gw := gateway.ForTest(t)
 	ens := zkserver.ForTest(t, zkserver.Options{})
-	bucket := gateway.NewBucket(t, gw)
-	m := harness.Mount(t, gw, bucket)
-	logPath := filepath.Join(t.TempDir(), "a.log")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
-	run := startRun(t, gw, "A", "leader", m.Dir, []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=loop"}, zkArgs(ens, "/stopped", "--grace", "5s")...)
-	waitUntil(ctx, t, "the command runs", func() bool {
-		_, ok := findEvent(readChildLog(t, logPath), func(e childEvent) bool { return e.kind == "write" })
-		return ok
-	})
-	ens.Servers[0].Kill()
-	killed := time.Now()
-	waitUntil(ctx, t, "the command is stopped", func() bool {
-		_, ok := findEvent(readChildLog(t, logPath), func(e childEvent) bool { return e.kind == "term" })
-		return ok
-	})
 	// The connection breaks at once; the session counts as ended the
 	// session timeout later. Plus margin for a loaded machine.
-	if took := time.Since(killed); took > zkSession+3*time.Second {
-		t.Errorf("the command was stopped %v after ZooKeeper died; want within the session timeout %v (+ margin)", took, zkSession)
-	}
-	if code := run.wait(ctx, t); code != 75 {
-		t.Errorf("fencefs run exited %d; want 75; output:\n%s", code, run.output())
-	}
-	if out := run.output(); !strings.Contains(out, "fencefs: run: lease leader lost: no ZooKeeper server answered for the session timeout 2s") {
+	out := coordinatorStoppedStopsTheCommand(t, gw, zkArgs(ens, "/stopped"), ens.Servers[0].Kill, zkSession+3*time.Second)
+	if !strings.Contains(out, "fencefs: run: lease leader lost: no ZooKeeper server answered for the session timeout 2s") {
 		t.Errorf("fencefs run did not say why it lost the leadership; output:\n%s", out)
 	}
-	t.Logf("stopped %v after ZooKeeper died; fencefs run:\n%s", time.Since(killed).Round(10*time.Millisecond), run.output())
 }
 
 func TestRunZooKeeperBadInputIsOneLineAndStartsNothing(t *testing.T) {
@@ -347,13 +207,7 @@ func TestRunZooKeeperBadInputIsOneLineAndStartsNothing(t *testing.T) {
 	gwHostPort := strings.TrimPrefix(gw.Endpoint, "http://")
 	owner := []string{"--zookeeper", ens.Connect(), "--zookeeper-prefix", root + "/fencefs", "--zookeeper-username", "owner"}
 
-	for _, tc := range []struct {
-		name  string
-		mount string
-		env   []string
-		args  []string
-		want  string
-	}{
+	wantBadRunsRefused(ctx, t, gw, []badRun{
 		{"nothing listens", m.Dir, nil, []string{"--zookeeper", "127.0.0.1:" + strconv.Itoa(port), "--zookeeper-dial-timeout", "2s"},
 			"cannot reach ZooKeeper at 127.0.0.1:" + strconv.Itoa(port) + " within 2s (zookeeper.dial_timeout): 127.0.0.1:" + strconv.Itoa(port) + ": connection refused"},
 		{"not a ZooKeeper port", m.Dir, nil, []string{"--zookeeper", gwHostPort, "--zookeeper-dial-timeout", "2s"},
@@ -365,28 +219,7 @@ func TestRunZooKeeperBadInputIsOneLineAndStartsNothing(t *testing.T) {
 		{"user without password", m.Dir, nil, owner, "zookeeper.password: missing for ZooKeeper user \"owner\""},
 		{"etcd and ZooKeeper", m.Dir, nil, []string{"--zookeeper", ens.Connect(), "--etcd", "http://127.0.0.1:1"}, "are both set: a fence domain takes its tokens from one source"},
 		{"token source mismatch", mf.Dir, nil, []string{"--zookeeper", ens.Connect(), "--zookeeper-prefix", "/" + t.Name() + "-mismatch"}, "token source mismatch: the ZooKeeper zxid"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			logPath := filepath.Join(t.TempDir(), "child.log")
-			args := append([]string{"run", "--lease", "leader", "--mount", tc.mount}, tc.args...)
-			args = append(args, "--", "/bin/sh", "-c", "echo started > "+logPath)
-			out, err := harness.Run(ctx, t, gw, tc.env, args...)
-			if err == nil {
-				t.Fatalf("fencefs run succeeded; output:\n%s", out)
-			}
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if last := lines[len(lines)-1]; !strings.Contains(last, tc.want) || !strings.HasPrefix(last, "fencefs: run: ") {
-				t.Errorf("last line %q; want \"fencefs: run: …%s…\"; output:\n%s", last, tc.want, out)
-			}
-			if strings.Contains(out, "wrong-password") {
-				t.Errorf("the password shows in the output:\n%s", out)
-			}
-			t.Logf("%s", out)
-			if _, err := os.Stat(logPath); err == nil {
-				t.Errorf("the command was started")
-			}
-		})
-	}
+	})
 	if kids, _, err := c.Children(root); err != nil || len(kids) != 0 {
 		t.Errorf("under %s after the refusals: %v %v; want nothing", root, kids, err)
 	}

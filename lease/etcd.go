@@ -105,30 +105,15 @@ func Campaign(ctx context.Context, client *clientv3.Client, name string, opts El
 		met.ended(false)
 		return nil, err
 	}
-	e.name, e.log, e.met, e.lostMsg = name, log, met, "leadership lost"
-	e.lost, e.watched = make(chan struct{}), make(chan struct{})
+	e.start(name, log, met, HowElected)
+	e.watched = make(chan struct{})
 	var bg context.Context
 	bg, e.cancelBG = context.WithCancel(context.Background())
 	go e.watch(bg)
-	met.acquired(HowElected)
 	log.Info("elected", "token", e.token, "key", e.elec.Key())
-
-	bindCtx, cancelBind := e.whileHeld(ctx)
-	defer cancelBind()
-	if err := opts.Bind(bindCtx, e.token); err != nil {
-		relCtx, cancel := context.WithTimeout(context.Background(), ttl)
-		defer cancel()
-		_ = e.Release(relCtx)
-		switch lerr := e.Err(); {
-		case errors.Is(err, ErrTokenSource):
-			return nil, err // names the token already
-		case errors.Is(lerr, ErrLost):
-			return nil, fmt.Errorf("%w while binding token %d", lerr, e.token)
-		}
-		return nil, fmt.Errorf("binding token %d: %w", e.token, err)
+	if err := bindElected(ctx, e, &e.holding, e.token, opts.Bind, ttl); err != nil {
+		return nil, err
 	}
-	met.setToken(e.token)
-	met.wrote()
 	return e, nil
 }
 

@@ -3,10 +3,12 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // Leader is a held leadership that carries a fencing token, whoever chose
@@ -97,6 +99,37 @@ func (h *holding) lose(err error) {
 	if h.end(err) == nil {
 		h.log.Info(h.lostMsg, "reason", err)
 	}
+}
+
+// start makes h the holding of an election name just won, acquired how.
+func (h *holding) start(name string, log *slog.Logger, met *metrics, how string) {
+	h.name, h.log, h.met, h.lostMsg = name, log, met, "leadership lost"
+	h.lost = make(chan struct{})
+	met.acquired(how)
+}
+
+// bindElected binds token through bind for l, an election just won whose
+// holding is h; ctx is cancelled if l is lost meanwhile. If the bind
+// fails, l is released (within release) and the error says why: the
+// bind's ErrTokenSource as is, a loss, or the bind's error.
+func bindElected(ctx context.Context, l Leader, h *holding, token uint64, bind func(context.Context, uint64) error, release time.Duration) error {
+	bindCtx, cancelBind := h.whileHeld(ctx)
+	defer cancelBind()
+	if err := bind(bindCtx, token); err != nil {
+		relCtx, cancel := context.WithTimeout(context.Background(), release)
+		defer cancel()
+		_ = l.Release(relCtx)
+		switch lerr := l.Err(); {
+		case errors.Is(err, ErrTokenSource):
+			return err // names the token already
+		case errors.Is(lerr, ErrLost):
+			return fmt.Errorf("%w while binding token %d", lerr, token)
+		}
+		return fmt.Errorf("binding token %d: %w", token, err)
+	}
+	h.met.setToken(token)
+	h.met.wrote()
+	return nil
 }
 
 // whileHeld returns a context derived from ctx that is also cancelled when

@@ -137,30 +137,15 @@ func CampaignZooKeeper(ctx context.Context, name string, opts ZooKeeperOptions) 
 		met.ended(false)
 		return nil, err
 	}
-	e.name, e.log, e.met, e.lostMsg = name, log, met, "leadership lost"
-	e.lost, e.watched = make(chan struct{}), make(chan struct{})
+	e.start(name, log, met, HowElected)
+	e.watched = make(chan struct{})
 	var bg context.Context
 	bg, e.cancelBG = context.WithCancel(context.Background())
 	go e.watch(bg)
-	met.acquired(HowElected)
 	log.Info("elected", "token", e.token, "znode", e.node, "session_timeout", e.sess.sessionTimeout())
-
-	bindCtx, cancelBind := e.whileHeld(ctx)
-	defer cancelBind()
-	if err := opts.Bind(bindCtx, e.token); err != nil {
-		relCtx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		_ = e.Release(relCtx)
-		switch lerr := e.Err(); {
-		case errors.Is(err, ErrTokenSource):
-			return nil, err
-		case errors.Is(lerr, ErrLost):
-			return nil, fmt.Errorf("%w while binding token %d", lerr, e.token)
-		}
-		return nil, fmt.Errorf("binding token %d: %w", e.token, err)
+	if err := bindElected(ctx, e, &e.holding, e.token, opts.Bind, timeout); err != nil {
+		return nil, err
 	}
-	met.setToken(e.token)
-	met.wrote()
 	return e, nil
 }
 
