@@ -138,6 +138,7 @@ func CampaignZooKeeper(ctx context.Context, name string, opts ZooKeeperOptions) 
 		return nil, err
 	}
 	e.start(name, log, met, HowElected)
+	e.sess.count(met)
 	e.watched = make(chan struct{})
 	var bg context.Context
 	bg, e.cancelBG = context.WithCancel(context.Background())
@@ -176,15 +177,23 @@ func (e *ZooKeeperElection) campaign(ctx context.Context, servers []string, time
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !errors.Is(err, errSessionEnded) {
+		switch {
+		case errors.Is(err, errStartOver):
+			log.Warn("starting over with a new ZooKeeper session", "reason", err)
+		case errors.Is(err, errSessionEnded):
+			log.Warn("the ZooKeeper session ended while campaigning; starting over with a new one", "reason", sess.err())
+		default:
 			return err
 		}
-		log.Warn("the ZooKeeper session ended while campaigning; starting over with a new one", "reason", sess.err())
 	}
 }
 
-// errSessionEnded: the session campaigning ended.
-var errSessionEnded = errors.New("the ZooKeeper session ended")
+// errSessionEnded: the session campaigning ended. errStartOver: the
+// campaign cannot tell whether its candidate znode was created.
+var (
+	errSessionEnded = errors.New("the ZooKeeper session ended")
+	errStartOver    = errors.New("the connection to ZooKeeper broke while creating the candidate znode")
+)
 
 // run creates this candidate's znode and waits until it is the lowest.
 func (e *ZooKeeperElection) run(ctx context.Context, holder string) error {
@@ -202,6 +211,11 @@ func (e *ZooKeeperElection) run(ctx context.Context, holder string) error {
 		if errors.Is(err, zk.ErrNoNode) && attempt < 10 {
 			continue
 		}
+		if zkTransient(err) {
+			// A second create could leave a candidate of this session
+			// ahead of this one: start over in a new session instead.
+			return errStartOver
+		}
 		if err != nil {
 			return e.explain("creating a candidate znode under", e.dir, err)
 		}
@@ -211,7 +225,7 @@ func (e *ZooKeeperElection) run(ctx context.Context, holder string) error {
 	e.node = node
 	me := path.Base(node)
 	for {
-		kids, err := zkCall(ctx, func() ([]string, error) {
+		kids, err := zkRetry(ctx, e.sess, func() ([]string, error) {
 			kids, _, err := conn.Children(e.dir)
 			return kids, err
 		})
@@ -233,7 +247,7 @@ func (e *ZooKeeperElection) run(ctx context.Context, holder string) error {
 
 // readToken reads the leader znode's Czxid as the token.
 func (e *ZooKeeperElection) readToken(ctx context.Context) error {
-	st, err := zkCall(ctx, func() (*zk.Stat, error) {
+	st, err := zkRetry(ctx, e.sess, func() (*zk.Stat, error) {
 		ok, st, err := e.sess.conn.Exists(e.node)
 		if err == nil && !ok {
 			err = errSessionEnded
@@ -256,7 +270,7 @@ func (e *ZooKeeperElection) waitGone(ctx context.Context, p string) error {
 		ok bool
 		ch <-chan zk.Event
 	}
-	r, err := zkCall(ctx, func() (res, error) {
+	r, err := zkRetry(ctx, e.sess, func() (res, error) {
 		ok, _, ch, err := e.sess.conn.ExistsW(p)
 		return res{ok, ch}, err
 	})
@@ -282,7 +296,7 @@ func (e *ZooKeeperElection) waitGone(ctx context.Context, p string) error {
 func (e *ZooKeeperElection) ensurePath(ctx context.Context) error {
 	var missing []string
 	for p := e.dir; p != "/"; p = path.Dir(p) {
-		ok, err := zkCall(ctx, func() (bool, error) {
+		ok, err := zkRetry(ctx, e.sess, func() (bool, error) {
 			ok, _, err := e.sess.conn.Exists(p)
 			return ok, err
 		})
@@ -296,7 +310,7 @@ func (e *ZooKeeperElection) ensurePath(ctx context.Context) error {
 	}
 	for i := len(missing) - 1; i >= 0; i-- {
 		p := missing[i]
-		_, err := zkCall(ctx, func() (string, error) {
+		_, err := zkRetry(ctx, e.sess, func() (string, error) {
 			return e.sess.conn.CreateContainer(p, zkContainerMark, zk.FlagContainer, e.acl)
 		})
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
@@ -311,7 +325,9 @@ func (e *ZooKeeperElection) explain(what, p string, err error) error {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errSessionEnded):
 		return err
-	case errors.Is(err, zk.ErrSessionExpired), errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer):
+	case errors.Is(err, zk.ErrSessionExpired):
+		return errSessionEnded
+	case zkTransient(err):
 		if !e.sess.alive() {
 			return errSessionEnded
 		}
@@ -361,9 +377,14 @@ func zkSequence(name string) (int64, bool) {
 }
 
 // watch ends the leadership when the session ends (expired, or no server
-// answered for the session timeout) or the leader znode is deleted.
+// answered for the session timeout) or the leader znode is deleted. Every
+// third of the session timeout it records the session as renewed while
+// connected: the client drops a connection that heard nothing from its
+// server for two thirds of it.
 func (e *ZooKeeperElection) watch(ctx context.Context) {
 	defer close(e.watched)
+	tick := time.NewTicker(e.sess.sessionTimeout() / 3)
+	defer tick.Stop()
 	for {
 		type res struct {
 			ok bool
@@ -391,13 +412,29 @@ func (e *ZooKeeperElection) watch(ctx context.Context) {
 				continue
 			}
 		}
+		if !e.await(ctx, r.ch, tick.C) {
+			return
+		}
+	}
+}
+
+// await waits for an event on the leader znode's watch ch (true: look
+// again), recording the session's liveness at each tick; false when ctx
+// is done or the session ended (the leadership is then lost).
+func (e *ZooKeeperElection) await(ctx context.Context, ch <-chan zk.Event, tick <-chan time.Time) bool {
+	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-e.sess.ended:
 			e.lose(fmt.Errorf("%w: %v", ErrLost, e.sess.err()))
-			return
-		case <-r.ch: // deleted, changed, or the watch ended: look again
+			return false
+		case <-ch: // deleted, changed, or the watch ended
+			return true
+		case <-tick:
+			if e.sess.connected() {
+				e.met.wrote()
+			}
 		}
 	}
 }

@@ -264,3 +264,60 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestZooKeeperLeadershipSurvivesAServerRestartWithinTheSessionTimeout(t *testing.T) {
+	ens := zkserver.ForTest(t, zkserver.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	opts := zkOpts(ens, "", binds{make(chan uint64, 1)})
+	opts.SessionTimeout, opts.Registerer = 8*time.Second, reg
+	e, err := lease.CampaignZooKeeper(ctx, "leader", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Release(ctx)
+	srv := ens.Servers[0]
+	srv.Kill()
+	down := time.Now()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.WaitServing(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a renewal after the reconnection", func() bool { return counterValue(t, reg, "ok") == 1 })
+	if !e.Held() || e.Err() != nil {
+		t.Fatalf("after a restart %v long: held %v, err %v; want held", time.Since(down).Round(time.Millisecond), e.Held(), e.Err())
+	}
+	if got := counterValue(t, reg, "error"); got != 1 {
+		t.Errorf("renewals_total{outcome=error} %v; want 1 (the one lost connection)", got)
+	}
+	if err := e.Release(ctx); err != nil {
+		t.Errorf("release after the restart: %v", err)
+	}
+	t.Logf("ZooKeeper back after %v; the leadership held", time.Since(down).Round(time.Millisecond))
+}
+
+// counterValue reads fencefs_lease_renewals_total{outcome} from reg (0
+// when absent).
+func counterValue(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "fencefs_lease_renewals_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

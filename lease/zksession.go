@@ -38,6 +38,7 @@ type zkSession struct {
 	downTimer *time.Timer   // GUARDED_BY(mu): ends the session timeout after downSince
 	lastFail  string        // GUARDED_BY(mu): the last connection failure, for messages
 	closing   bool          // GUARDED_BY(mu): close was called
+	met       *metrics      // GUARDED_BY(mu): counts losses and returns of the connection once elected
 	endErr    error         // GUARDED_BY(mu): why the session ended
 }
 
@@ -132,6 +133,8 @@ func (s *zkSession) established() {
 	}
 	if !s.downSince.IsZero() {
 		s.log.Info("reconnected to ZooKeeper", "server", s.conn.Server(), "down", time.Since(s.downSince).Round(time.Millisecond))
+		s.met.renewal("ok")
+		s.met.wrote()
 	}
 	s.downSince = time.Time{}
 	if s.downTimer != nil {
@@ -150,6 +153,7 @@ func (s *zkSession) wentDown() {
 	}
 	since, timeout := time.Now(), s.timeout
 	s.downSince = since
+	s.met.renewal("error")
 	s.log.Warn("lost the connection to ZooKeeper; reconnecting", "session_timeout", timeout)
 	s.downTimer = time.AfterFunc(timeout, func() {
 		s.mu.Lock()
@@ -201,6 +205,22 @@ func (s *zkSession) alive() bool {
 	return s.endErr == nil && (s.downSince.IsZero() || time.Since(s.downSince) < s.timeout)
 }
 
+// count makes the session count in met each loss of its connection
+// (renewals_total{outcome="error"}) and each return within the session
+// (outcome="ok").
+func (s *zkSession) count(met *metrics) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.met = met
+}
+
+// connected reports whether the session's connection is up.
+func (s *zkSession) connected() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endErr == nil && s.downSince.IsZero()
+}
+
 // sessionTimeout returns the timeout the server granted.
 func (s *zkSession) sessionTimeout() time.Duration {
 	s.mu.Lock()
@@ -242,6 +262,30 @@ func zkCall[T any](ctx context.Context, op func() (T, error)) (T, error) {
 	case <-ctx.Done():
 		var zero T
 		return zero, ctx.Err()
+	}
+}
+
+// zkTransient reports whether err is a failure of the connection, after
+// which the same session may answer again (through another server).
+func zkTransient(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// zkRetry runs op, an idempotent call of the client, as zkCall does, and
+// again after a transient failure for as long as the session lasts.
+func zkRetry[T any](ctx context.Context, s *zkSession, op func() (T, error)) (T, error) {
+	for {
+		v, err := zkCall(ctx, op)
+		if !zkTransient(err) || !s.alive() {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-s.ended:
+			return v, err
+		case <-time.After(s.sessionTimeout() / 20):
+		}
 	}
 }
 
