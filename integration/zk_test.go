@@ -215,7 +215,7 @@ func TestRunZooKeeperBadInputIsOneLineAndStartsNothing(t *testing.T) {
 		{"bad path", m.Dir, nil, []string{"--zookeeper", ens.Connect(), "--zookeeper-prefix", "fencefs"}, `zookeeper.prefix (--zookeeper-prefix): "fencefs" is not a usable znode path: it must start with /`},
 		{"chroot in the servers", m.Dir, nil, []string{"--zookeeper", ens.Connect() + "/kafka"}, "names a chroot (/kafka): give the path as zookeeper.prefix instead"},
 		{"anonymous on a locked path", m.Dir, nil, []string{"--zookeeper", ens.Connect(), "--zookeeper-prefix", root + "/fencefs"}, "ZooKeeper refused creating " + root + "/fencefs (NoAuth)"},
-		{"wrong password", m.Dir, []string{"FENCEFS_ZOOKEEPER_PASSWORD=wrong-password"}, owner, "(NoAuth): its ACL does not admit these credentials"},
+		{"wrong password", m.Dir, []string{"FENCEFS_ZOOKEEPER_PASSWORD=wrong-password"}, owner, `(NoAuth): its ACL does not admit user "owner" with this password`},
 		{"user without password", m.Dir, nil, owner, "zookeeper.password: missing for ZooKeeper user \"owner\""},
 		{"etcd and ZooKeeper", m.Dir, nil, []string{"--zookeeper", ens.Connect(), "--etcd", "http://127.0.0.1:1"}, "are both set: a fence domain takes its tokens from one source"},
 		{"token source mismatch", mf.Dir, nil, []string{"--zookeeper", ens.Connect(), "--zookeeper-prefix", "/" + t.Name() + "-mismatch"}, "token source mismatch: the ZooKeeper zxid"},

@@ -94,6 +94,7 @@ type ZooKeeperElection struct {
 	node    string // the leader znode's path
 	token   uint64
 	acl     []zk.ACL
+	digest  string // "user:password" or "", for naming the user in errors
 
 	cancelBG context.CancelFunc // stops the watch
 	watched  chan struct{}      // closed when the watcher has exited
@@ -132,7 +133,7 @@ func CampaignZooKeeper(ctx context.Context, name string, opts ZooKeeperOptions) 
 	log := orDiscard(opts.Logger).With("election", name)
 	met := newMetrics(opts.Registerer, name)
 
-	e := &ZooKeeperElection{dir: prefix + "/" + name, acl: acl}
+	e := &ZooKeeperElection{dir: prefix + "/" + name, acl: acl, digest: opts.Digest}
 	if err := e.campaign(ctx, opts.Servers, timeout, dial, opts.Digest, holder, log); err != nil {
 		met.ended(false)
 		return nil, err
@@ -332,7 +333,10 @@ func (e *ZooKeeperElection) explain(what, p string, err error) error {
 			return errSessionEnded
 		}
 	case errors.Is(err, zk.ErrNoAuth):
-		return fmt.Errorf("ZooKeeper refused %s %s (NoAuth): its ACL does not admit these credentials (zookeeper.username and its password; none set: anonymous)", what, p)
+		if user, _, ok := strings.Cut(e.digest, ":"); ok {
+			return fmt.Errorf("ZooKeeper refused %s %s (NoAuth): its ACL does not admit user %q with this password", what, p, user)
+		}
+		return fmt.Errorf("ZooKeeper refused %s %s (NoAuth): its ACL does not admit anonymous clients (set zookeeper.username and its password)", what, p)
 	case errors.Is(err, zk.ErrNoChildrenForEphemerals):
 		return fmt.Errorf("ZooKeeper refused %s %s: a parent is an ephemeral znode, which cannot have children; choose another zookeeper.prefix", what, p)
 	case errors.Is(err, zk.ErrInvalidACL):

@@ -224,8 +224,8 @@ func TestZooKeeperBadServerOrPathIsOneLine(t *testing.T) {
 		want    string
 	}{
 		{"nothing listens", []string{"127.0.0.1:" + strconv.Itoa(port)}, "", "", "cannot reach ZooKeeper at 127.0.0.1:" + strconv.Itoa(port) + " within 1s (zookeeper.dial_timeout): 127.0.0.1:" + strconv.Itoa(port) + ": connection refused"},
-		{"anonymous on a locked path", ens.Addrs(), "/locked/fencefs", "", "ZooKeeper refused creating /locked/fencefs (NoAuth)"},
-		{"wrong password", ens.Addrs(), "/locked/fencefs", "owner:wrong", "(NoAuth): its ACL does not admit these credentials"},
+		{"anonymous on a locked path", ens.Addrs(), "/locked/fencefs", "", "ZooKeeper refused creating /locked/fencefs (NoAuth): its ACL does not admit anonymous clients (set zookeeper.username and its password)"},
+		{"wrong password", ens.Addrs(), "/locked/fencefs", "owner:wrong", `ZooKeeper refused creating /locked/fencefs (NoAuth): its ACL does not admit user "owner" with this password`},
 		{"under an ephemeral znode", ens.Addrs(), "/eph/fencefs", "", "a parent is an ephemeral znode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -235,6 +235,7 @@ func TestZooKeeperBadServerOrPathIsOneLine(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "wrong") {
 				t.Fatalf("err %v; want one line with %q, no password", err, tc.want)
 			}
+			t.Logf("%v", err)
 			if len(bound.ch) != 0 {
 				t.Errorf("a token was bound")
 			}
