@@ -99,6 +99,19 @@ func Start(ctx context.Context, opts Options) (*Ensemble, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A free port can be taken before ZooKeeper binds it (the server
+	// exits): try again with new ports.
+	for attempt := 1; ; attempt++ {
+		e, err := launch(ctx, opts, java, jar)
+		if err == nil || attempt == 3 || !errors.Is(err, procwait.ErrExited) {
+			return e, err
+		}
+	}
+}
+
+// launch configures and starts the servers on new free ports.
+func launch(ctx context.Context, opts Options, java, jar string) (*Ensemble, error) {
+	var err error
 	n := max(opts.Servers, 1)
 	tick := opts.Tick
 	if tick == 0 {
@@ -156,6 +169,7 @@ func Start(ctx context.Context, opts Options) (*Ensemble, error) {
 func (e *Ensemble) configure(id, port int, tick time.Duration, quorum []string) (*Server, error) {
 	dir := filepath.Join(e.Dir, "zk"+strconv.Itoa(id))
 	data := filepath.Join(dir, "data")
+	_ = os.RemoveAll(dir) // a failed earlier attempt's
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, err
 	}
@@ -232,7 +246,7 @@ func (s *Server) WaitServing(ctx context.Context, timeout time.Duration) error {
 	})
 	switch {
 	case errors.Is(err, procwait.ErrExited):
-		return fmt.Errorf("ZooKeeper server %d exited before serving: %s", s.ID, s.LogTail())
+		return fmt.Errorf("ZooKeeper server %d: %w: %s", s.ID, err, s.LogTail())
 	case err != nil:
 		return fmt.Errorf("ZooKeeper server %d at %s not serving: %w: %s", s.ID, s.Addr, err, s.LogTail())
 	}
