@@ -171,7 +171,7 @@ func TestRunZooKeeperStoppedStopsTheCommandWithinTheSessionTimeout(t *testing.T)
 	ens := zkserver.ForTest(t, zkserver.Options{})
 	// The connection breaks at once; the session counts as ended the
 	// session timeout later. Plus margin for a loaded machine.
-	out := coordinatorStoppedStopsTheCommand(t, gw, zkArgs(ens, "/stopped"), ens.Servers[0].Kill, zkSession+3*time.Second)
+	out := coordinatorStoppedStopsTheCommand(t, gw, zkArgs(ens, "/stopped"), ens.Servers[0].Kill, zkSession+4*time.Second)
 	if !strings.Contains(out, "fencefs: run: lease leader lost: no ZooKeeper server answered for the session timeout 2s") {
 		t.Errorf("fencefs run did not say why it lost the leadership; output:\n%s", out)
 	}
