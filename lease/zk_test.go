@@ -322,3 +322,19 @@ func counterValue(t *testing.T, reg *prometheus.Registry, outcome string) float6
 	}
 	return 0
 }
+
+func TestZooKeeperUsesTheSessionTimeoutTheServersGranted(t *testing.T) {
+	ens := zkserver.Shared(t) // tickTime 500 ms: sessions of 1 s to 10 s
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := zkOpts(ens, "/granted", binds{make(chan uint64, 1)})
+	opts.SessionTimeout = time.Minute
+	e, err := lease.CampaignZooKeeper(ctx, "leader", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Release(ctx)
+	if got := e.SessionTimeout(); got != 10*time.Second {
+		t.Errorf("session timeout %v after asking for 1m; want the 10s the servers granted (their maxSessionTimeout)", got)
+	}
+}
