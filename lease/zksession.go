@@ -27,6 +27,7 @@ type zkSession struct {
 	servers   string // "host:port,…", for messages
 	requested time.Duration
 	log       *slog.Logger
+	connSet   chan struct{} // closed once conn is set
 	up        chan struct{} // closed at the first session established
 	ended     chan struct{} // closed when the session ended (endErr says why)
 	done      chan struct{} // closed when the event loop has exited
@@ -57,14 +58,21 @@ const (
 func dialZooKeeper(ctx context.Context, servers []string, timeout, dial time.Duration, digest string, log *slog.Logger) (*zkSession, error) {
 	s := &zkSession{
 		servers: strings.Join(servers, ","), requested: timeout, timeout: timeout, log: log,
-		up: make(chan struct{}), ended: make(chan struct{}), done: make(chan struct{}),
+		connSet: make(chan struct{}), up: make(chan struct{}), ended: make(chan struct{}), done: make(chan struct{}),
 	}
-	conn, events, err := zk.Connect(servers, timeout, zk.WithLogger(zkLogger{s}), zk.WithLogInfo(true))
+	// The callback sees every state change in order (the event channel
+	// drops events when full); it only takes s.mu.
+	conn, events, err := zk.Connect(servers, timeout, zk.WithLogger(zkLogger{s}), zk.WithLogInfo(true), zk.WithEventCallback(s.onEvent))
 	if err != nil {
 		return nil, fmt.Errorf("ZooKeeper servers %q: %v", s.servers, err)
 	}
 	s.conn = conn
-	go s.loop(events)
+	close(s.connSet)
+	go func() {
+		defer close(s.done)
+		for range events { // closed when the client has stopped
+		}
+	}()
 	t := time.NewTimer(dial)
 	defer t.Stop()
 	select {
@@ -97,23 +105,21 @@ func dialZooKeeper(ctx context.Context, servers []string, timeout, dial time.Dur
 	return s, nil
 }
 
-// loop follows the connection's state until the client is closed.
-func (s *zkSession) loop(events <-chan zk.Event) {
-	defer close(s.done)
-	for ev := range events {
-		if ev.Type != zk.EventSession {
-			continue
-		}
-		switch ev.State {
-		case zk.StateHasSession:
-			s.established()
-		case zk.StateDisconnected, zk.StateConnecting:
-			s.wentDown()
-		case zk.StateExpired:
-			s.end(fmt.Errorf("the ZooKeeper session expired (the servers heard nothing from this process for the session timeout %v)", s.sessionTimeout()))
-		case zk.StateAuthFailed:
-			s.end(fmt.Errorf("ZooKeeper at %s refused the credentials", s.servers))
-		}
+// onEvent follows the connection's state.
+func (s *zkSession) onEvent(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	<-s.connSet // zk.Connect has returned (at once: it does not wait for a server)
+	switch ev.State {
+	case zk.StateHasSession:
+		s.established()
+	case zk.StateDisconnected, zk.StateConnecting:
+		s.wentDown()
+	case zk.StateExpired:
+		s.end(fmt.Errorf("the ZooKeeper session expired (the servers heard nothing from this process for the session timeout %v)", s.sessionTimeout()))
+	case zk.StateAuthFailed:
+		s.end(fmt.Errorf("ZooKeeper at %s refused the credentials", s.servers))
 	}
 }
 
