@@ -32,6 +32,7 @@ import (
 type idleConn struct {
 	net.Conn
 	base time.Duration // Config.IdleTimeout
+	wait *serverWait   // nil: a silent request always fails (serverwait.go)
 
 	mu      sync.Mutex
 	idle    time.Duration // the current request's idle timeout; GUARDED_BY(mu)
@@ -49,10 +50,24 @@ type idleConn struct {
 	// reader and the writer whose deadlines pass together; GUARDED_BY(mu)
 	checkedAt time.Time
 	wasMoving bool
+	// req is the request holding the connection, quietSince when a byte
+	// last moved for it; waitCheckedAt, waitOK and waitLogged are
+	// waitsOnServer's last check and whether it logged. GUARDED_BY(mu)
+	req           reqInfo
+	quietSince    time.Time
+	waitCheckedAt time.Time
+	waitOK        bool
+	waitLogged    bool
 }
 
-func newIdleConn(c net.Conn, idle time.Duration) *idleConn {
-	return &idleConn{Conn: c, base: idle, idle: idle, queued: -1}
+// reqInfo names the request holding a connection, for the log.
+type reqInfo struct {
+	method, path string
+	noWait       bool // never wait on the server (withoutServerWait)
+}
+
+func newIdleConn(c net.Conn, idle time.Duration, wait *serverWait) *idleConn {
+	return &idleConn{Conn: c, base: idle, idle: idle, wait: wait, queued: -1}
 }
 
 // idleKey is the context key of a request's own idle timeout (withIdle).
@@ -91,6 +106,7 @@ func (c *idleConn) renew() {
 func (c *idleConn) moved(n int, wrote bool) {
 	c.mu.Lock()
 	c.queued = -1
+	c.quietSince = time.Now()
 	if wrote {
 		c.written += int64(n)
 	}
@@ -98,15 +114,17 @@ func (c *idleConn) moved(n int, wrote bool) {
 	c.renew()
 }
 
-// activate marks the connection taken by a request whose idle timeout is
-// idle (0: Config.IdleTimeout) and returns the request's generation, for
-// deactivate.
-func (c *idleConn) activate(idle time.Duration) uint64 {
+// activate marks the connection taken by the request req whose idle
+// timeout is idle (0: Config.IdleTimeout) and returns the request's
+// generation, for deactivate.
+func (c *idleConn) activate(idle time.Duration, req reqInfo) uint64 {
 	c.mu.Lock()
 	c.idle = c.base
 	if idle > 0 {
 		c.idle = idle
 	}
+	c.req, c.quietSince = req, time.Now()
+	c.waitCheckedAt, c.waitLogged = time.Time{}, false
 	c.active = true
 	c.gen++
 	gen := c.gen
@@ -141,10 +159,11 @@ func (c *idleConn) Read(b []byte) (int, error) {
 			c.moved(n, false)
 		}
 		// A deadline that passed while the connection went back to the
-		// pool (the transport reads ahead on idle connections), or while
+		// pool (the transport reads ahead on idle connections), while
 		// the end of a request body was still leaving the send buffer (a
-		// slow link): keep waiting.
-		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && (!c.isActive() || c.draining()) {
+		// slow link), or while the server answers other requests (this
+		// one waits on the server): keep waiting.
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && (!c.isActive() || c.draining() || c.waitsOnServer()) {
 			continue
 		}
 		return n, err
@@ -195,8 +214,10 @@ func (c *idleConn) Write(b []byte) (int, error) {
 			c.moved(n, true)
 		}
 		// A deadline that passed while bytes still moved (part of the
-		// piece went out, or the send buffer drains): write the rest.
-		if err != nil && !(errors.Is(err, os.ErrDeadlineExceeded) && (n > 0 || c.draining())) {
+		// piece went out, or the send buffer drains), or while the
+		// server, answering others, does not read this body yet: write
+		// the rest.
+		if err != nil && !(errors.Is(err, os.ErrDeadlineExceeded) && (n > 0 || c.draining() || c.waitsOnServer())) {
 			return total, err
 		}
 	}
@@ -224,15 +245,15 @@ func asIdleConn(c net.Conn) *idleConn {
 }
 
 // dialer returns a DialContext that bounds connecting by connect and wraps
-// each connection in an idleConn.
-func dialer(connect, idle time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// each connection in an idleConn (wait may be nil).
+func dialer(connect, idle time.Duration, wait *serverWait) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return newIdleConn(c, idle), nil
+		return newIdleConn(c, idle, wait), nil
 	}
 }
 
@@ -242,14 +263,19 @@ func dialer(connect, idle time.Duration) func(ctx context.Context, network, addr
 type tracking struct{ base http.RoundTripper }
 
 func (t tracking) RoundTrip(req *http.Request) (*http.Response, error) {
+	req, err := inMemoryBody(req)
+	if err != nil {
+		return nil, err
+	}
 	var mu sync.Mutex
 	var conn *idleConn
 	var gen uint64
 	idle, _ := req.Context().Value(idleKey{}).(time.Duration)
+	ri := reqInfo{method: req.Method, path: req.URL.Path, noWait: req.Context().Value(noWaitKey{}) != nil}
 	trace := &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
 			if c := asIdleConn(info.Conn); c != nil {
-				g := c.activate(idle)
+				g := c.activate(idle, ri)
 				mu.Lock()
 				conn, gen = c, g
 				mu.Unlock()

@@ -56,9 +56,9 @@ func dialIdle(t *testing.T, addr string, idle time.Duration) *idleConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newIdleConn(raw, idle)
+	c := newIdleConn(raw, idle, nil)
 	t.Cleanup(func() { c.Close() })
-	c.activate(0)
+	c.activate(0, reqInfo{})
 	return c
 }
 
@@ -164,7 +164,7 @@ func TestIdleConnWaitsInThePoolWithoutADeadline(t *testing.T) {
 	if err := <-read; err != nil {
 		t.Fatalf("read after waiting in the pool: %v", err)
 	}
-	c.activate(0)
+	c.activate(0, reqInfo{})
 	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read by a request with nothing coming: %v, want the idle timeout", err)
 	}
@@ -187,7 +187,7 @@ func TestARequestsOwnIdleTimeoutOutlastsASilentServer(t *testing.T) {
 	}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	client := &http.Client{Transport: tracking{base: &http.Transport{DialContext: dialer(time.Second, idle)}}}
+	client := &http.Client{Transport: tracking{base: &http.Transport{DialContext: dialer(time.Second, idle, nil)}}}
 	get := func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/", nil)
 		if err != nil {

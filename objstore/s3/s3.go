@@ -173,6 +173,12 @@ type Config struct {
 	// ProbeTimeout bounds the probe a call waits for while the storage is
 	// known down (see the package documentation); 0 means 1 s.
 	ProbeTimeout time.Duration
+	// ServerWait is how long a request may stay silent while the server
+	// answers other requests (it waits on the server: a lock on the key
+	// held by another client's stalled request; see serverwait.go) before
+	// it fails like a black hole; 0 means DefaultServerWait, negative
+	// means the idle timeout decides alone.
+	ServerWait time.Duration
 	// ListPageSize is the max-keys of each List request; 0 means 1000.
 	ListPageSize int
 	// SpoolDir is where a plain-shaped Copy keeps a source too large for
@@ -193,6 +199,9 @@ const (
 	DefaultConnectTimeout = 5 * time.Second
 	DefaultIdleTimeout    = 10 * time.Second
 	DefaultRetryDeadline  = 15 * time.Second
+	// DefaultServerWait outlasts MinIO's read timeout (30 s), after which
+	// it drops a stalled request and the lock it held.
+	DefaultServerWait = 60 * time.Second
 )
 
 // Store is the S3 implementation of objstore.Store. Create it with New.
@@ -333,7 +342,11 @@ func newStore(cfg Config) (*Store, error) {
 	s.endpoint = &url.URL{Scheme: u.Scheme, Host: u.Host}
 	s.secure = u.Scheme == "https"
 
-	tr, err := transport(cfg, s.secure)
+	var wait *serverWait
+	if cfg.ServerWait > 0 {
+		wait = &serverWait{max: cfg.ServerWait, quick: cfg.ProbeTimeout, log: s.log, probe: s.probe}
+	}
+	tr, err := transport(cfg, s.secure, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -367,6 +380,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = time.Second
+	}
+	if cfg.ServerWait == 0 {
+		cfg.ServerWait = DefaultServerWait
 	}
 	if cfg.ListPageSize <= 0 || cfg.ListPageSize > 1000 {
 		cfg.ListPageSize = 1000
@@ -533,17 +549,19 @@ func (s *Store) Close() {
 }
 
 // transport builds the HTTP transport: the CA bundle, TLS settings and
-// timeouts.
-func transport(cfg Config, secure bool) (*http.Transport, error) {
+// timeouts (wait: see serverwait.go; nil for none).
+func transport(cfg Config, secure bool, wait *serverWait) (*http.Transport, error) {
 	tr := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		// No total or header timeout: see conn.go.
-		DialContext:           dialer(cfg.ConnectTimeout, cfg.IdleTimeout),
+		DialContext:           dialer(cfg.ConnectTimeout, cfg.IdleTimeout, wait),
 		MaxIdleConns:          256,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   cfg.ConnectTimeout,
 		ExpectContinueTimeout: 5 * time.Second,
+		// A small request in one write (onewrite.go).
+		WriteBufferSize: oneWriteBuffer,
 		// S3 bodies are already compressed or opaque; asking for gzip
 		// would make Content-Length unreliable.
 		DisableCompression: true,

@@ -47,9 +47,11 @@ func newStore(t *testing.T, cfg s3.Config) *s3.Store {
 	return s
 }
 
-func TestConformanceAgainstGateway(t *testing.T) {
-	gw := gateway.ForTest(t)
-	storetest.Run(t, func(t *testing.T) objstore.Store { return newStore(t, config(t, gw)) })
+func TestConformanceOnEveryServer(t *testing.T) {
+	gateway.ForEachServer(t, gateway.AllServers, func(t *testing.T, gw *gateway.Gateway) {
+		q := storetest.Quirks{DeleteIgnoresIfMatch: gw.DeleteIgnoresIfMatch()}
+		storetest.RunWithQuirks(t, q, func(t *testing.T) objstore.Store { return newStore(t, config(t, gw)) })
+	})
 }
 
 func TestProbeAgainstGateway(t *testing.T) {

@@ -47,10 +47,16 @@ func testCancelled(t *testing.T, ctx context.Context, s objstore.Store) {
 	wantMissing(t, ctx, s, "k2")
 }
 
-func testProbe(t *testing.T, ctx context.Context, s objstore.Store) {
+func testProbe(t *testing.T, ctx context.Context, s objstore.Store, q Quirks) {
 	MustPut(t, ctx, s, "data/file", []byte("user data"), objstore.PutOptions{})
 	caps := objstore.Probe(ctx, s, "data/")
 	for _, c := range caps.Checks() {
+		if c.Name == objstore.CheckConditionalDelete && q.DeleteIgnoresIfMatch {
+			if c.OK {
+				t.Errorf("probe: %s passed on a store whose DELETE ignores If-Match", c.Name)
+			}
+			continue
+		}
 		if !c.OK && !c.Optional {
 			t.Errorf("probe: %s failed: %s", c.Name, c.Reason)
 		}
