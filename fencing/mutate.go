@@ -265,7 +265,7 @@ func (g *Guard) commitOutcome(ctx context.Context, m *mutation, info objstore.Ob
 	case errors.Is(err, ErrStreamChanged):
 		return objstore.ObjectInfo{}, nil, true, err // nothing was sent; the caller uses Put
 	case ctx.Err() != nil:
-		return objstore.ObjectInfo{}, nil, false, fmt.Errorf("%s %s: outcome unknown: %w", m.op, m.key, err)
+		return objstore.ObjectInfo{}, nil, false, unknownOutcome(m, fmt.Errorf("%s %s: outcome unknown: %w", m.op, m.key, err))
 	default:
 		g.met.outcome(m.op, "error")
 		return objstore.ObjectInfo{}, nil, true, fmt.Errorf("%s %s: %w", m.op, m.key, err)
@@ -324,7 +324,7 @@ func (g *Guard) resolveTransient(ctx context.Context, m *mutation, err error) (i
 		}
 	}
 	g.met.outcome(m.op, "unknown")
-	return objstore.ObjectInfo{}, false, fmt.Errorf("%s %s: outcome unknown after retries: %w", m.op, m.key, err)
+	return objstore.ObjectInfo{}, false, unknownOutcome(m, fmt.Errorf("%s %s: outcome unknown after retries: %w", m.op, m.key, err))
 }
 
 // opCtx is the context of one background protocol operation (a journal

@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"sync"
-	"time"
 
 	"github.com/fencefs/fencefs/objstore"
 )
@@ -33,13 +32,25 @@ type Stream struct {
 	// Constant after StartStream.
 	g        *Guard
 	key      string
-	base     Version
 	uploadID string
 	wid      string
 	meta     map[string]string // as stored by CreateUpload
 
 	mu      sync.Mutex
-	aborted bool // GUARDED_BY(mu)
+	base    Version // GUARDED_BY(mu): the version the commit is conditioned on
+	aborted bool    // GUARDED_BY(mu)
+	// attempted: a Complete was sent whose outcome may be unknown; a later
+	// "no such upload" then means it may have landed. GUARDED_BY(mu)
+	attempted bool
+}
+
+// Rebase conditions the Stream's next CommitStream on base instead: a
+// whole-file replacement refused because the key changed may be published
+// on the current version (the caller decides when that is right).
+func (s *Stream) Rebase(base Version) {
+	s.mu.Lock()
+	s.base = base
+	s.mu.Unlock()
 }
 
 // StartStream starts a Stream of key, to be committed on base with the
@@ -109,9 +120,10 @@ func (s *Stream) Abort(ctx context.Context) {
 // order) with the metadata meta, which must be the meta s was started
 // with. It is Put's protocol with CompleteUpload as the commit, and returns
 // Put's errors, plus ErrStreamChanged when the stream cannot be committed as
-// started: the caller then aborts it and uses Put. After success or any
-// error other than ErrStreamChanged the stream is finished (aborted when
-// it was not published).
+// started. Only success finishes the stream: after an error the upload is
+// kept, so that the caller may commit it again (after an unknown outcome,
+// with the same write id, which recognises an earlier attempt that landed;
+// after ErrStale, on a base given by Rebase) or Abort it.
 func (g *Guard) CommitStream(ctx context.Context, s *Stream, parts []objstore.Part, meta Meta) (info objstore.ObjectInfo, err error) {
 	etags := make([]string, len(parts))
 	var size int64
@@ -123,8 +135,11 @@ func (g *Guard) CommitStream(ctx context.Context, s *Stream, parts []objstore.Pa
 	if err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("commit stream %s: %w: %v", s.key, ErrStreamChanged, err)
 	}
+	s.mu.Lock()
+	base := s.base
+	s.mu.Unlock()
 	op := "put"
-	if !s.base.Exists() || s.base.Tombstone {
+	if !base.Exists() || base.Tombstone {
 		op = "create"
 	}
 	ts, err := g.begin(ctx, op, s.key)
@@ -132,15 +147,7 @@ func (g *Guard) CommitStream(ctx context.Context, s *Stream, parts []objstore.Pa
 		return objstore.ObjectInfo{}, err
 	}
 	defer g.end(s.key)
-	defer func() {
-		if err != nil && !errors.Is(err, ErrStreamChanged) {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			s.Abort(actx)
-			cancel()
-		}
-	}()
-	m := &mutation{op: op, kind: kindPut, key: s.key, base: s.base, ts: ts, wid: s.wid}
-	attempted := false
+	m := &mutation{op: op, kind: kindPut, key: s.key, base: base, ts: ts, wid: s.wid}
 	return g.run(ctx, m, func(ctx context.Context, cond objstore.Condition, base Version, rec record) (objstore.ObjectInfo, error) {
 		if !maps.Equal(g.stamped(meta, m, rec), s.meta) {
 			return objstore.ObjectInfo{}, fmt.Errorf("commit stream %s: %w: metadata, token or ETag-ABA record", s.key, ErrStreamChanged)
@@ -153,6 +160,10 @@ func (g *Guard) CommitStream(ctx context.Context, s *Stream, parts []objstore.Pa
 			return objstore.ObjectInfo{}, fmt.Errorf("commit stream %s: %w: its ETag %s is recorded as an older writer's base", s.key, ErrStreamChanged, etag)
 		}
 		info, err := g.store.CompleteUpload(ctx, s.key, s.uploadID, parts, cond)
+		s.mu.Lock()
+		attempted := s.attempted
+		s.attempted = s.attempted || (err != nil && !errors.Is(err, objstore.ErrConflict))
+		s.mu.Unlock()
 		switch {
 		case err == nil:
 			info.Meta = maps.Clone(s.meta)
@@ -169,7 +180,6 @@ func (g *Guard) CommitStream(ctx context.Context, s *Stream, parts []objstore.Pa
 			// by what the key holds (our write id, or not).
 			return objstore.ObjectInfo{}, fmt.Errorf("commit stream %s: %w (%v)", s.key, objstore.ErrPrecondition, err)
 		}
-		attempted = true
 		return objstore.ObjectInfo{}, err
 	})
 }

@@ -51,9 +51,10 @@ func noUploads(t *testing.T, ctx context.Context, s objstore.Store) {
 
 // TestStreamsCommitWithPutsProtocol checks streamed (piecewise multipart)
 // commits: they publish with the stamps and metadata, are conditioned on
-// the base like Put, are fenced by a newer epoch raised while the parts
-// were uploading, and refuse to publish anything that differs from what was
-// started (ErrStreamChanged) — never leaving an upload behind once ended.
+// the base like Put (and, rebased, publish on the current version), are
+// fenced by a newer epoch raised while the parts were uploading, and refuse
+// to publish anything that differs from what was started
+// (ErrStreamChanged) — never leaving an upload behind once aborted.
 func TestStreamsCommitWithPutsProtocol(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func() objstore.Store, real bool) {
 		meta := Meta{"mode": "33188"}
@@ -102,6 +103,16 @@ func TestStreamsCommitWithPutsProtocol(t *testing.T) {
 				if got, _, _ := read(t, ctx, s, "k"); got != "someone else" {
 					t.Fatalf("key holds %q", got)
 				}
+				// The upload is kept: rebased on the current version, the
+				// same parts publish (a whole-file replacement's retry).
+				cur, _, _ := g.head(ctx, "k")
+				st.Rebase(VersionOf(cur))
+				if _, err := g.CommitStream(ctx, st, parts, meta); err != nil {
+					t.Fatalf("commit rebased on the current version: %v", err)
+				}
+				if got, _, _ := read(t, ctx, s, "k"); got != string(streamContent(2)) {
+					t.Fatalf("key holds %d bytes, want the stream's", len(got))
+				}
 				noUploads(t, ctx, s)
 			}},
 			{"a newer epoch raised during the upload fences the commit", func(t *testing.T, ctx context.Context, s objstore.Store, g *Guard) {
@@ -117,6 +128,7 @@ func TestStreamsCommitWithPutsProtocol(t *testing.T) {
 				if _, _, ok := read(t, ctx, s, "k"); ok {
 					t.Fatal("the fenced stream was published")
 				}
+				st.Abort(ctx)
 				noUploads(t, ctx, s)
 			}},
 			{"changed metadata is ErrStreamChanged and publishes nothing", func(t *testing.T, ctx context.Context, s objstore.Store, g *Guard) {
@@ -222,5 +234,70 @@ func TestPreparedCommitsAreValidatedEarlyAndStillFenced(t *testing.T) {
 	mustFenced(t, "commit validated before the newer epoch", err, "")
 	if got, info, ok := read(t, ctx, s, "p/b"); ok && !isTombstone(info) {
 		t.Fatalf("p/b holds %q: the stale commit landed", got)
+	}
+}
+
+// TestACommitWhoseResponseWasLostIsRecognisedByItsWriteID checks the
+// unknown outcomes of Put and CommitStream: the error carries the write id,
+// Landed finds it in the bucket when the commit landed, and a streamed
+// commit committed again recognises its own earlier attempt instead of
+// reporting someone else's change.
+func TestACommitWhoseResponseWasLostIsRecognisedByItsWriteID(t *testing.T) {
+	for _, op := range []memstore.Op{memstore.OpPut, memstore.OpCompleteUpload} {
+		t.Run(string(op), func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			s := memstore.New()
+			g := newGuard(t, s, Config{Holder: "A"})
+			bind(t, ctx, g, 1)
+			var lose atomic.Bool
+			lose.Store(true)
+			// The commit applies but its response is lost; every HEAD
+			// fails too, so that the mutation cannot resolve it
+			// itself and reports the outcome as unknown.
+			var blind atomic.Bool
+			s.SetHook(func(ctx context.Context, ev memstore.Event) error {
+				if ev.Key != "k" || !lose.Load() {
+					return nil
+				}
+				if ev.Phase == memstore.PhaseAfter && ev.Op == op {
+					blind.Store(true)
+					return objstore.ErrUnavailable // applied, response lost
+				}
+				if ev.Phase == memstore.PhaseBefore && ev.Op == memstore.OpStat && blind.Load() {
+					return objstore.ErrUnavailable
+				}
+				return nil
+			})
+			data := streamContent(9)
+			var st *Stream
+			var parts []objstore.Part
+			var err error
+			if op == memstore.OpPut {
+				_, err = g.Put(ctx, "k", bytes.NewReader(data), int64(len(data)), Version{}, Meta{})
+			} else {
+				if st, err = g.StartStream(ctx, "k", Version{}, Meta{}); err != nil {
+					t.Fatal(err)
+				}
+				parts = uploadAll(t, ctx, st, data)
+				_, err = g.CommitStream(ctx, st, parts, Meta{})
+			}
+			wid := WriteIDOfUnknown(err)
+			if err == nil || wid == "" {
+				t.Fatalf("commit with the response lost and the key unreadable: %v; want an unknown outcome with its write id", err)
+			}
+			lose.Store(false)
+			info, landed, err := g.Landed(ctx, "k", wid)
+			if err != nil || !landed || info.Size != int64(len(data)) {
+				t.Fatalf("Landed(%s) = %v, %v (size %d); want the landed write", wid, landed, err, info.Size)
+			}
+			if _, landed, _ := g.Landed(ctx, "k", "other"); landed {
+				t.Fatal("Landed recognises a write id that is not in the bucket")
+			}
+			if st != nil {
+				if _, err := g.CommitStream(ctx, st, parts, Meta{}); err != nil {
+					t.Fatalf("the stream committed again after its Complete landed unseen: %v; want success (its own write id)", err)
+				}
+			}
+		})
 	}
 }
