@@ -107,9 +107,12 @@ type Mount struct {
 	FileMode   os.FileMode
 	DirMode    os.FileMode
 	CacheDir   string
-	AttrTTL    time.Duration
-	EntryTTL   time.Duration
-	MetaTTL    time.Duration
+	// StreamStagingMiB bounds the staging of a streamed file
+	// (fusefs.Options.StreamStaging); 0 = no bound.
+	StreamStagingMiB int
+	AttrTTL          time.Duration
+	EntryTTL         time.Duration
+	MetaTTL          time.Duration
 	// LeaderCacheTTL is the metadata trust while leading (fusefs.Options).
 	LeaderCacheTTL time.Duration
 	// AttrWriteback is how long a chmod/chown/utimens may wait to be
@@ -361,6 +364,9 @@ func (c *Config) validateMount(requireMount bool) error {
 		if d.v < 0 {
 			return keyErr(d.key, "%v is negative (accepted: a duration >= 0 such as 1s)", d.v)
 		}
+	}
+	if m := c.Mount.StreamStagingMiB; m < 0 || m > 0 && m < 2*c.S3.PartSizeMiB {
+		return keyErr("mount.stream_staging_mib", "%d is out of range (accepted: 0, or at least twice s3.part_size_mib: %d)", m, 2*c.S3.PartSizeMiB)
 	}
 	if c.Mount.MaxDirRename < 0 {
 		return keyErr("mount.max_dir_rename", "%d is negative (accepted: a number >= 0)", c.Mount.MaxDirRename)

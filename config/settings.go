@@ -124,6 +124,8 @@ var settings = []Setting{
 		Usage: "permission bits (octal) of directories without a mode in their metadata"},
 	{Key: "mount.cache_dir", Option: "cache_dir", Flag: "cache-dir", Env: []string{"FENCEFS_MOUNT_CACHE_DIR"}, Group: GroupMount, kind: kindPath, to: func(c *Config) any { return &c.Mount.CacheDir },
 		Usage: "directory for staging files (default /var/cache/fencefs as root, else $XDG_CACHE_HOME/fencefs)"},
+	{Key: "mount.stream_staging_mib", Option: "stream_staging_mib", Flag: "stream-staging-mib", Env: []string{"FENCEFS_MOUNT_STREAM_STAGING_MIB"}, Default: "256", Group: GroupMount, kind: kindInt, to: func(c *Config) any { return &c.Mount.StreamStagingMiB },
+		Usage: "most local disk (MiB) a file written front to back keeps in cache_dir: beyond it, parts already uploaded are released and a writer faster than the uploads waits; such a file then accepts only sequential writes (ESPIPE otherwise, see docs/DESIGN.md) (0 = keep whole files; at least twice s3.part_size_mib)"},
 	{Key: "mount.attr_ttl", Option: "attr_ttl", Flag: "attr-ttl", Env: []string{"FENCEFS_MOUNT_ATTR_TTL"}, Default: "1s", Group: GroupMount, kind: kindDuration, to: func(c *Config) any { return &c.Mount.AttrTTL },
 		Usage: "how long the kernel caches file attributes"},
 	{Key: "mount.entry_ttl", Option: "entry_ttl", Flag: "entry-ttl", Env: []string{"FENCEFS_MOUNT_ENTRY_TTL"}, Default: "1s", Group: GroupMount, kind: kindDuration, to: func(c *Config) any { return &c.Mount.EntryTTL },

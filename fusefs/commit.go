@@ -42,11 +42,30 @@ func (n *fileNode) sync(ctx context.Context, attrs bool) error {
 
 // LOCKS_REQUIRED(n.opMu)
 func (n *fileNode) commitLocked(ctx context.Context) error {
+	if done, err := n.resolveUnknownLocked(ctx); done || err != nil {
+		return err
+	}
+	metaLeft, err := n.commitStagedLocked(ctx)
+	if err != nil {
+		return err
+	}
+	n.dropSpentStageLocked()
+	if metaLeft {
+		return n.storePendingAttrLocked(ctx)
+	}
+	return nil
+}
+
+// commitStagedLocked commits the node's changes; metaLeft reports that a
+// streamed commit stored the metadata it was started with, and the node's
+// own is a pending attribute change now (streamfile.go).
+// LOCKS_REQUIRED(n.opMu)
+func (n *fileNode) commitStagedLocked(ctx context.Context) (metaLeft bool, err error) {
 	n.cmu.RLock()
 	defer n.cmu.RUnlock()
 	c, err := n.snapshotCommit()
 	if c == nil || err != nil {
-		return err
+		return false, err
 	}
 	start := time.Now()
 	info, err := n.store(ctx, c)
@@ -62,8 +81,13 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 		n.forgetName()
 		err = fmt.Errorf("%w: %v", fencing.ErrStale, err)
 	}
+	if wid := fencing.WriteIDOfUnknown(err); wid != "" {
+		n.mu.Lock()
+		n.unknownWID, n.unknownGen = wid, c.gen
+		n.mu.Unlock()
+	}
 	if err != nil {
-		return fmt.Errorf("commit %s: %w", c.key, err)
+		return false, fmt.Errorf("commit %s: %w", c.key, err)
 	}
 	info = mergeInfo(info, c.key, c.size, c.meta)
 	n.fsys.log.Debug("committed", "key", c.key, "size", c.size, "etag", info.ETag, "took", time.Since(start))
@@ -73,7 +97,7 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 	n.fetched = time.Now()
 	n.pending = false
 	n.replacing = false
-	n.attrPending = false // the commit stored n.attr
+	n.attrPending = c.metaLeft // else the commit stored n.attr
 	n.keepETag = info.ETag
 	if n.gen == c.gen {
 		n.setCleanLocked()
@@ -81,7 +105,69 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 			n.fsys.untrack(n)
 		}
 	}
-	return nil
+	return c.metaLeft, nil
+}
+
+// resolveUnknownLocked asks the bucket whether the node's last commit whose
+// outcome was unknown landed after all (its write id is in the object's
+// metadata). If it did, the node takes that version as committed, and
+// done=true when nothing changed since; if it did not, the commit is
+// simply made again. LOCKS_REQUIRED(n.opMu)
+func (n *fileNode) resolveUnknownLocked(ctx context.Context) (done bool, err error) {
+	n.mu.Lock()
+	wid, gen := n.unknownWID, n.unknownGen
+	n.mu.Unlock()
+	if wid == "" {
+		return false, nil
+	}
+	key, err := n.keyOrErr()
+	if err != nil {
+		return false, nil // the name is gone: the commit drops the changes
+	}
+	info, landed, err := n.fsys.guard.Landed(ctx, key, wid)
+	if err != nil {
+		return false, fmt.Errorf("commit %s: the outcome of the last attempt is still unknown: %w", key, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.unknownWID = ""
+	if !landed {
+		return false, nil
+	}
+	if n.up != nil { // the stream that landed
+		n.up.cancel()
+		n.up = nil
+	}
+	n.info = info
+	n.fetched = time.Now()
+	n.pending = false
+	n.replacing = false
+	n.keepETag = info.ETag
+	if n.gen != gen {
+		return false, nil // changed since: committed on top of what landed
+	}
+	n.attrPending = false
+	n.setCleanLocked()
+	return true, nil
+}
+
+// dropSpentStageLocked drops the staging file of a node whose streamed
+// commit succeeded while parts of it had been released: it no longer holds
+// the content, the bucket does (handles read from there).
+// LOCKS_REQUIRED(n.opMu)
+func (n *fileNode) dropSpentStageLocked() {
+	n.cmu.Lock()
+	defer n.cmu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.holeHi == 0 || n.stage == nil || n.dirty {
+		return
+	}
+	n.stage.Close()
+	n.stage = nil
+	n.resetStreamHolesLocked()
+	n.fsys.stagingBytes.Add(-n.size)
+	n.fsys.untrack(n)
 }
 
 // pendingCommit is what one commit stores, as the node was when it began.
@@ -90,6 +176,7 @@ type pendingCommit struct {
 	gen                uint64
 	size               int64
 	pending, replacing bool
+	metaLeft           bool // stored without the node's metadata (streamfile.go)
 	base               fencing.Version
 	meta               map[string]string
 	body               io.ReaderAt
@@ -114,7 +201,7 @@ func (n *fileNode) snapshotCommit() (*pendingCommit, error) {
 	}
 	if err := n.stageErr; err != nil {
 		n.mu.Unlock()
-		return nil, fmt.Errorf("commit %s: not stored: a write to the staging file failed (%w); the file keeps its stored version once every descriptor is closed", key, err)
+		return nil, fmt.Errorf("commit %s: not stored: %w; the file keeps its stored version once every descriptor is closed", key, err)
 	}
 	c := &pendingCommit{key: key, gen: n.gen, size: n.size, pending: n.pending, replacing: n.replacing,
 		base: n.baseLocked(), meta: encodeAttr(n.attr, contentMeta(n.info.Meta)), body: bytes.NewReader(nil)}
@@ -131,7 +218,8 @@ func (n *fileNode) snapshotCommit() (*pendingCommit, error) {
 // in progress, else as a create (pending) or a Put on the base; a
 // whole-file replacement refused because an older epoch changed the object
 // is retried on the current version (replace.go). c.meta becomes what was
-// stored. LOCKS_REQUIRED(n.opMu, n.cmu read)
+// stored. A staging file with released ranges is never Put.
+// LOCKS_REQUIRED(n.opMu, n.cmu read)
 func (n *fileNode) store(ctx context.Context, c *pendingCommit) (objstore.ObjectInfo, error) {
 	put := func(base fencing.Version) (objstore.ObjectInfo, error) {
 		return n.fsys.guard.Put(ctx, c.key, c.body, c.size, base, c.meta)
@@ -140,25 +228,21 @@ func (n *fileNode) store(ctx context.Context, c *pendingCommit) (objstore.Object
 	var err error
 	streamed := false
 	if n.stage != nil && c.size > 0 {
-		info, streamed, err = n.commitStream(ctx, c.key, c.size, c.meta)
-		if streamed && err == nil {
-			c.meta = streamMeta(c.meta)
-		}
-		if streamed && c.replacing && isConflict(err) {
-			streamed, err = false, nil // retried below, as a Put
-		}
+		info, streamed, err = n.commitStream(ctx, c)
 		if streamed && c.pending && errors.Is(err, fencing.ErrStale) {
 			err = fmt.Errorf("%w: %s was created concurrently (%v)", errExist, c.key, err)
 		}
 	}
 	switch {
 	case streamed:
+	case n.holeHi > 0:
+		return objstore.ObjectInfo{}, fmt.Errorf("%w: nothing stored", errStreamLost)
 	case c.pending:
 		info, err = n.fsys.createRetry(ctx, c.key, put)
 	default:
 		info, err = put(c.base)
 	}
-	if err != nil && c.replacing && (isConflict(err) || errors.Is(err, errExist)) {
+	if err != nil && !streamed && c.replacing && (isConflict(err) || errors.Is(err, errExist)) {
 		if cur, ok := n.fsys.replacementBase(ctx, c.key); ok {
 			info, err = put(cur)
 		}

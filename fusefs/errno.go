@@ -56,6 +56,7 @@ var (
 //	objstore.ErrAuth                      EACCES
 //	objstore.ErrUnavailable, ErrNoBucket  EIO
 //	objstore.ErrInvalid                   EINVAL
+//	errNotSequential                      ESPIPE  (a released part of a streamed file; streamfile.go)
 //	context.Canceled                      EINTR   (the caller was interrupted)
 //	context.DeadlineExceeded              EIO
 //	a syscall.Errno                       itself
@@ -99,6 +100,8 @@ func toErrno(err error) syscall.Errno {
 		return syscall.E2BIG
 	case errors.Is(err, errNameTooLong):
 		return syscall.ENAMETOOLONG
+	case errors.Is(err, errNotSequential):
+		return syscall.ESPIPE
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
 	case errors.Is(err, context.DeadlineExceeded):

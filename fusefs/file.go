@@ -38,6 +38,11 @@ type fileNode struct {
 	// RLock to read it or to upload it (so a commit sees a stable body).
 	cmu   sync.RWMutex
 	stage *os.File // GUARDED_BY(cmu); nil while the content is only in the store
+	// released is how many bytes of the staging file were punched out
+	// once uploaded by the node's stream, and [holeLo, holeHi) the range
+	// they lie in (holeHi 0: the staging file holds the whole content;
+	// streamfile.go). GUARDED_BY(cmu)
+	released, holeLo, holeHi int64
 
 	// GUARDED_BY(mu) (nodeBase.mu):
 	size      int64  // current size (of the staging file when there is one)
@@ -49,9 +54,15 @@ type fileNode struct {
 	keepETag  string        // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
 	up        *streamUpload // the staged content's upload in progress (stream.go); nil if none
 	noStream  bool          // a stream was dropped: none until the next commit
-	// stageErr is why a write to the staging file failed (a full cache
-	// disk: ENOSPC): the staged content is not what the application
-	// wrote, so it is never committed. Every commit reports stageErr
+	// unknownWID is the write id of the last commit whose outcome was
+	// unknown (it may have landed), unknownGen the gen it stored: the next
+	// commit asks the bucket first (commit.go).
+	unknownWID string
+	unknownGen uint64
+	// stageErr is why the staged content cannot be stored: a write to the
+	// staging file failed (a full cache disk: ENOSPC), or a change the
+	// node cannot make any more (streamfile.go). It is not what the
+	// application wrote, so it is never committed. Every commit reports stageErr
 	// until the last handle is released, which discards the changes (the
 	// file shows the store's version again), or a truncate to 0 makes the
 	// content whole again.
@@ -328,10 +339,18 @@ func (n *fileNode) setCleanLocked() {
 // LOCKS_REQUIRED(n.mu)
 func (n *fileNode) failStageLocked(err error) {
 	if n.stageErr == nil {
-		n.stageErr = err
 		key, _ := n.key()
 		n.fsys.log.Warn("writing the staging file failed; the file's changes will not be stored",
 			"key", key, "cache_dir", n.fsys.opts.CacheDir, "err", err)
+	}
+	n.failLocked(fmt.Errorf("a write to the staging file failed (%w)", err))
+}
+
+// failLocked records that the staged content cannot be stored (stageErr),
+// for the reason err. LOCKS_REQUIRED(n.mu)
+func (n *fileNode) failLocked(err error) {
+	if n.stageErr == nil {
+		n.stageErr = err
 	}
 	n.markDirtyLocked()
 }
@@ -354,7 +373,15 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 	if off < 0 {
 		off = prev
 	}
+	if err := n.checkStreamChangeLocked(key, off, off+int64(len(data)), false); err != nil {
+		return 0, err
+	}
 	w, err := n.stage.WriteAt(data, off)
+	for isNoSpace(err) && n.reclaimLocked(ctx, max(prev, off+int64(w))) {
+		// Uploaded parts of a streamed file gave their space back.
+		more, werr := n.stage.WriteAt(data[w:], off+int64(w))
+		w, err = w+more, werr
+	}
 	n.mu.Lock()
 	if end := off + int64(w); end > n.size {
 		n.fsys.stagingBytes.Add(end - n.size)
@@ -378,7 +405,7 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 		n.mu.Unlock()
 	}
 	if w > 0 || err != nil {
-		n.streamWriteLocked(key, off, off+int64(w), prev, size)
+		n.streamWriteLocked(ctx, key, off, off+int64(w), prev, size)
 	}
 	if err != nil {
 		return uint32(w), fmt.Errorf("write staging file: %w", err)
@@ -404,19 +431,27 @@ func (n *fileNode) truncateAt(ctx context.Context, size int64, atOpen bool) erro
 	if err := n.ensureStageLocked(ctx, size); err != nil {
 		return err
 	}
+	if err := n.checkStreamChangeLocked(key, size, size, true); err != nil {
+		return err
+	}
 	if err := n.stage.Truncate(size); err != nil {
 		n.mu.Lock()
 		n.failStageLocked(err)
 		n.mu.Unlock()
 		return fmt.Errorf("truncate staging file: %w", err)
 	}
+	if size == 0 {
+		n.resetStreamHolesLocked()
+	}
 	n.mu.Lock()
 	if size == 0 {
 		n.stageErr = nil // nothing of the failed content is left
 		n.replacing = !n.pending
 	}
-	if n.up != nil && n.up.touches(size) {
-		n.dropStreamLocked()
+	if n.up != nil && n.up.below(size) {
+		n.up.drop()
+		n.up = nil
+		n.noStream = true
 	}
 	n.fsys.stagingBytes.Add(size - n.size)
 	n.size = size
@@ -496,8 +531,10 @@ func (n *fileNode) dropStage() {
 	if n.stage != nil {
 		n.stage.Close()
 		n.stage = nil
+		n.resetStreamHolesLocked()
 		n.fsys.stagingBytes.Add(-n.size)
 	}
+	n.unknownWID = ""
 	n.fsys.untrack(n)
 	if !n.pending && !n.unlinked {
 		n.size = n.info.Size

@@ -46,6 +46,9 @@ type filesystem struct {
 	// uploadSlots bounds the parts of streamed uploads in flight
 	// (Options.UploadConcurrency): send to take a slot.
 	uploadSlots chan struct{}
+	// noPunch: the cache directory cannot punch holes; streamed files
+	// keep their whole content (stream.go).
+	noPunch atomic.Bool
 
 	// Counters for metrics (atomic).
 	dirtyFiles   atomic.Int64

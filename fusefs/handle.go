@@ -48,6 +48,10 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	n.cmu.RLock()
 	if n.stage != nil {
 		defer n.cmu.RUnlock()
+		if err := n.checkStreamReadLocked(off, off+int64(len(dest))); err != nil {
+			k, _ := n.key()
+			return nil, n.fsys.errno("read", k, err)
+		}
 		nr, err := n.stage.ReadAt(dest, off)
 		if err != nil && err != io.EOF {
 			k, _ := n.key()

@@ -62,6 +62,7 @@ type serveConfig struct {
 	EntryTTL         time.Duration
 	LeaderCacheTTL   time.Duration
 	TombstoneDeletes bool
+	StreamStaging    int64
 	Debug            bool
 }
 
@@ -102,7 +103,7 @@ func serveMain() int {
 		Store: store, Guard: guard, Prefix: c.Prefix, FenceDomain: c.Domain, CacheDir: c.CacheDir,
 		UID: uint32(os.Getuid()), GID: uint32(os.Getgid()),
 		AttrTTL: c.AttrTTL, EntryTTL: c.EntryTTL, MetaCacheTTL: c.MetaTTL, LeaderCacheTTL: c.LeaderCacheTTL,
-		ReadOnly: c.ReadOnly, MaxDirRename: c.MaxDirRename, Logger: log, Debug: c.Debug,
+		ReadOnly: c.ReadOnly, MaxDirRename: c.MaxDirRename, StreamStaging: c.StreamStaging, Logger: log, Debug: c.Debug,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serve: mount:", err)

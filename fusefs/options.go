@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -32,9 +33,13 @@ type Guard interface {
 	Put(ctx context.Context, key string, body io.ReaderAt, size int64, base fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Copy(ctx context.Context, src, srcETag, dst string, dstBase fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Delete(ctx context.Context, key string, base fencing.Version) error
+	Landed(ctx context.Context, key, wid string) (objstore.ObjectInfo, bool, error)
 }
 
 var _ Guard = (*fencing.Guard)(nil)
+
+// DefaultStreamStaging is Options.StreamStaging's default.
+const DefaultStreamStaging = 256 << 20
 
 // Options configures a mount. Store and Guard are required (Guard may be nil
 // only with ReadOnly); everything else has a default.
@@ -99,6 +104,11 @@ type Options struct {
 	// FsName is the source shown in /proc/mounts (default "fencefs"); the
 	// type is always fuse.fencefs.
 	FsName string
+	// StreamStaging is the most local disk a file written sequentially
+	// keeps in its staging file once it is streamed: parts already
+	// uploaded beyond it are released (stream.go, streamfile.go). Zero
+	// means 256 MiB; negative keeps the whole file (no release).
+	StreamStaging int64
 	// UploadConcurrency is how many parts of files being written are
 	// uploaded at once, over all files (default 4).
 	UploadConcurrency int
@@ -149,6 +159,12 @@ func (o *Options) normalize() error {
 	}
 	if o.UploadConcurrency <= 0 {
 		o.UploadConcurrency = 4
+	}
+	switch {
+	case o.StreamStaging == 0:
+		o.StreamStaging = DefaultStreamStaging
+	case o.StreamStaging < 0:
+		o.StreamStaging = math.MaxInt64
 	}
 	if o.FsName == "" {
 		o.FsName = "fencefs"

@@ -7,32 +7,54 @@ import (
 	"maps"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
+	"golang.org/x/sys/unix"
 )
 
 // streamUpload uploads the staged content of a large file while it is being
-// written: once the staged size passes the store's multipart threshold,
-// every full part (the store's part size) is sent in the background as soon
-// as the writer has moved past it, so close(2) only sends the tail and the
-// Complete instead of the whole file. The commit is
-// Guard.CommitStream: the same intent, validation and conditional Complete
-// as Put. Anything that would make the published object differ from a Put
-// of the staged content — a write or truncate into a part already sent, a
-// metadata change, a failed part, a changed token — drops the stream, and
-// the commit falls back to Put of the staging file, which still holds
-// everything. Streaming is only ever an optimisation.
+// written, and keeps the local disk it needs bounded, whatever the file's
+// size.
+//
+// Once the staged size passes the store's multipart threshold, every full
+// part (the store's part size) from the second on is sent in the background
+// as soon as the writer has moved past it; the first part stays on local
+// disk until the commit, which sends it with the tail and publishes the
+// upload through Guard.CommitStream: the same intent, validation and
+// conditional Complete as Put. Keeping the first part lets a program patch
+// its header after writing the rest (pg_dump's table of contents, a media
+// muxer's box sizes, a WAV header) at no cost.
+//
+// Local disk: once the staged content holds more than
+// Options.StreamStaging bytes, parts already uploaded are released from the
+// staging file (a hole punched with fallocate(FALLOC_FL_PUNCH_HOLE)), oldest
+// first; a writer faster than the uploads waits for one to finish instead
+// of filling the disk; a write that finds the cache disk full releases
+// every uploaded part and tries again. One staging file with holes, rather
+// than a ring of part files, keeps the file's offsets as they are: reads,
+// writes, truncates and the Put fallback work on it unchanged as long as
+// nothing was released, and a file needs no conversion when it stops being
+// sequential. A filesystem that cannot punch holes keeps the whole file, as
+// before (logged once).
+//
+// While nothing was released, anything that would make the published object
+// differ from a Put of the staged content — a write or truncate into a part
+// already sent, a metadata change, a failed part — drops the stream and the
+// commit falls back to Put of the staging file. Once a part was released
+// that fallback is gone (streamfile.go says what happens then).
 //
 // Streamed objects carry no mtime/ctime/atime metadata (they are fixed
 // before the writer finishes): their times are the object's Last-Modified,
 // the time of the Complete, with S3's one-second resolution.
 //
-// Locking: the fileNode's cmu (write) is held by the callers of note and
-// cut, so the frontier moves in step with the staging file; part uploads
-// read the staging file below the frontier without any node lock (those
-// bytes no longer change, or the stream is dropped first).
+// Locking: the fileNode's cmu is held by the callers of advance (write) and
+// finish (read or write), so the frontier moves in step with the staging
+// file; part uploads read the staging file below the frontier without any
+// node lock (those bytes no longer change, or the stream is dropped first),
+// and only advance (under cmu write) punches holes.
 type streamUpload struct {
 	// Constant after newStreamUpload.
 	fsys     *filesystem
@@ -41,19 +63,33 @@ type streamUpload struct {
 	partSize int64
 	ctx      context.Context // part uploads; cancelled with the mount, or when the stream is done
 	cancel   context.CancelFunc
-	started  chan struct{} // closed once st or err is set by start
+	started  chan struct{}     // closed once st or err is set by start
+	meta     map[string]string // the metadata the stream was started with
 
 	st  *fencing.Stream // set before started is closed; nil on failure
 	err error           // start's error, set before started is closed
 
 	mu       sync.Mutex
-	next     int64             // GUARDED_BY(mu): end of the parts dispatched so far
-	parts    []objstore.Part   // GUARDED_BY(mu): by part number - 1
-	failed   error             // GUARDED_BY(mu): first part failure
-	dropped  bool              // GUARDED_BY(mu)
-	inflight sync.WaitGroup    // part uploads
-	meta     map[string]string // the metadata the stream was started with
+	next     int64           // GUARDED_BY(mu): end of the parts dispatched so far (the held first part included)
+	parts    []objstore.Part // GUARDED_BY(mu): by part number - 1
+	state    []partState     // GUARDED_BY(mu): by part number - 1
+	failed   error           // GUARDED_BY(mu): first part failure
+	dropped  bool            // GUARDED_BY(mu)
+	sealed   bool            // GUARDED_BY(mu): finish sent the tail: the content is final
+	released int64           // GUARDED_BY(mu): bytes punched out of the staging file
+	wake     chan struct{}   // GUARDED_BY(mu): closed (and replaced) when a part finishes
+	inflight sync.WaitGroup  // part uploads
 }
+
+// partState is where one part's bytes are.
+type partState uint8
+
+const (
+	partHeld     partState = iota // the first part: local only, sent by finish
+	partSending                   // dispatched, not yet uploaded
+	partSent                      // uploaded, still in the staging file
+	partReleased                  // uploaded and punched out of the staging file
+)
 
 // streamMeta is the metadata a streamed commit stores: the node's, minus
 // the times (see streamUpload).
@@ -73,7 +109,7 @@ func newStreamUpload(fsys *filesystem, key string, stage *os.File, base fencing.
 		fsys: fsys, key: key, stage: stage,
 		partSize: objstore.SizingOf(fsys.store).PartSize,
 		ctx:      ctx, cancel: cancel, started: make(chan struct{}),
-		meta: meta,
+		meta: meta, wake: make(chan struct{}),
 	}
 	go func() {
 		defer close(u.started)
@@ -89,83 +125,198 @@ func newStreamUpload(fsys *filesystem, key string, stage *os.File, base fencing.
 	return u
 }
 
-// note is called after the staged content grew to size: it dispatches
-// every full part below size. LOCKS_REQUIRED(node cmu, write)
-func (u *streamUpload) note(size int64) {
+// advance is called after the staged content grew to size: it dispatches
+// every full part below size, then releases uploaded parts while the
+// staging file holds more than limit bytes, waiting for uploads in flight
+// when none can be released yet (a writer faster than the uploads). It
+// returns the bytes it released; err is the stream's failure (a part that
+// could not be uploaded), which the caller handles (dropped when nothing
+// was released, else the file cannot be stored). limit 0 releases all it
+// can. LOCKS_REQUIRED(node cmu, write)
+func (u *streamUpload) advance(ctx context.Context, size, limit int64) (freed int64, err error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for !u.dropped && u.failed == nil && size-u.next >= u.partSize && len(u.parts) < objstore.MaxParts-1 {
+	for !u.dropped && !u.sealed && u.failed == nil && size-u.next >= u.partSize && len(u.parts) < objstore.MaxParts-1 {
+		if len(u.parts) == 0 {
+			u.parts, u.state, u.next = append(u.parts, objstore.Part{}), append(u.state, partHeld), u.partSize
+			continue
+		}
 		u.dispatchLocked(u.next, u.partSize)
+	}
+	for {
+		if u.failed != nil {
+			return freed, u.failed
+		}
+		if u.dropped || u.fsys.noPunch.Load() {
+			return freed, nil
+		}
+		for i := 1; i < len(u.state) && size-u.released > limit; i++ {
+			if u.state[i] == partSent {
+				if err := u.releaseLocked(i); err != nil {
+					return freed, nil // kept whole: logged once
+				}
+				freed += u.partSize
+			}
+		}
+		if size-u.released <= limit || !u.sendingLocked() {
+			return freed, nil
+		}
+		wake := u.wake
+		u.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			u.mu.Lock()
+			return freed, ctx.Err()
+		}
+		u.mu.Lock()
 	}
 }
 
-// touches reports whether a change of the staged bytes from off on would
-// alter a part already dispatched. LOCKS_REQUIRED(node cmu, write)
-func (u *streamUpload) touches(off int64) bool {
+// sendingLocked reports whether a part is in flight. LOCKS_REQUIRED(u.mu)
+func (u *streamUpload) sendingLocked() bool {
+	for _, s := range u.state {
+		if s == partSending {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseLocked punches part i+1's bytes out of the staging file.
+// LOCKS_REQUIRED(u.mu)
+func (u *streamUpload) releaseLocked(i int) error {
+	off := int64(i) * u.partSize
+	err := unix.Fallocate(int(u.stage.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, u.partSize)
+	if err != nil {
+		if u.fsys.noPunch.CompareAndSwap(false, true) {
+			u.fsys.log.Warn("the cache directory cannot punch holes: files written sequentially keep their whole content in it until close",
+				"cache_dir", u.fsys.opts.CacheDir, "err", err)
+		}
+		return err
+	}
+	u.state[i] = partReleased
+	u.released += u.partSize
+	return nil
+}
+
+// hull returns the smallest range holding every released part ([0, 0):
+// none).
+func (u *streamUpload) hull() (lo, hi int64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	for i, s := range u.state {
+		if s != partReleased {
+			continue
+		}
+		if hi == 0 {
+			lo = int64(i) * u.partSize
+		}
+		hi = int64(i+1) * u.partSize
+	}
+	return lo, hi
+}
+
+// below reports whether truncating the staged content to size would cut
+// into the parts dispatched. LOCKS_REQUIRED(node cmu, write)
+func (u *streamUpload) below(size int64) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return size < u.next || u.sealed && size != u.next
+}
+
+// touches reports whether a change of the staged bytes in [off, end) would
+// alter a part already dispatched (the held first part is not: it is sent
+// by finish). LOCKS_REQUIRED(node cmu, write)
+func (u *streamUpload) touches(off, end int64) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.sealed {
+		return true
+	}
+	if len(u.state) > 0 && u.state[0] == partHeld && end <= u.partSize {
+		return false
+	}
 	return off < u.next
 }
 
 // dispatchLocked sends [off, off+n) as the next part. LOCKS_REQUIRED(u.mu)
 func (u *streamUpload) dispatchLocked(off, n int64) {
-	number := len(u.parts) + 1
 	u.parts = append(u.parts, objstore.Part{})
-	u.next = off + n
+	u.state = append(u.state, partSending)
+	u.next = max(u.next, off+n)
+	u.send(len(u.parts), off, n)
+}
+
+// send uploads [off, off+n) as part number in the background.
+func (u *streamUpload) send(number int, off, n int64) {
 	u.inflight.Add(1)
 	go func() {
 		defer u.inflight.Done()
-		<-u.started
-		if u.st == nil {
-			u.fail(u.err)
-			return
-		}
-		u.fsys.uploadSlots <- struct{}{}
-		defer func() { <-u.fsys.uploadSlots }()
+		err := u.upload(number, off, n)
 		u.mu.Lock()
-		dropped := u.dropped
-		u.mu.Unlock()
-		if dropped || u.ctx.Err() != nil {
-			u.fail(errors.New("dropped"))
-			return
+		defer u.mu.Unlock()
+		if err != nil && u.failed == nil {
+			u.failed = err
 		}
-		p, err := u.st.UploadPart(u.ctx, number, u.stage, off, n)
-		if err != nil {
-			u.fail(fmt.Errorf("part %d: %w", number, err))
-			return
-		}
-		u.mu.Lock()
-		u.parts[number-1] = p
-		u.mu.Unlock()
+		close(u.wake)
+		u.wake = make(chan struct{})
 	}()
 }
 
-func (u *streamUpload) fail(err error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.failed == nil {
-		u.failed = err
+// upload sends one part and records it.
+func (u *streamUpload) upload(number int, off, n int64) error {
+	<-u.started
+	if u.st == nil {
+		return u.err
 	}
+	u.fsys.uploadSlots <- struct{}{}
+	defer func() { <-u.fsys.uploadSlots }()
+	u.mu.Lock()
+	dropped := u.dropped
+	u.mu.Unlock()
+	if dropped || u.ctx.Err() != nil {
+		return errors.New("dropped")
+	}
+	p, err := u.st.UploadPart(u.ctx, number, u.stage, off, n)
+	if err != nil {
+		return fmt.Errorf("part %d: %w", number, err)
+	}
+	u.mu.Lock()
+	u.parts[number-1] = p
+	u.state[number-1] = partSent
+	u.mu.Unlock()
+	return nil
 }
 
-// finish sends the tail [next, size) as the last part, waits for every
-// part and returns them, or an error when the stream cannot be committed.
-// LOCKS_REQUIRED(node cmu, read or write): the staged content is stable.
+// finish sends the held first part and the tail [next, size) as the last
+// part, waits for every part and returns them, or an error when the stream
+// cannot be committed. It may be called again (a commit redone): what was
+// sent is not sent again. LOCKS_REQUIRED(node cmu, read or write): the
+// staged content is stable.
 func (u *streamUpload) finish(ctx context.Context, size int64) ([]objstore.Part, error) {
 	u.mu.Lock()
 	switch {
 	case u.dropped:
 		u.mu.Unlock()
-		return nil, errors.New("dropped")
+		return nil, fmt.Errorf("%w: dropped", errStreamUnusable)
+	case u.sealed && size != u.next:
+		u.mu.Unlock()
+		return nil, fmt.Errorf("%w: the content changed after its last part was sent", errStreamUnusable)
 	case size < u.next:
 		u.mu.Unlock()
-		return nil, errors.New("the content shrank below the parts sent")
+		return nil, fmt.Errorf("%w: the content shrank below the parts sent", errStreamUnusable)
 	case size > u.next:
 		if size-u.next > objstore.MaxPartSize {
 			u.mu.Unlock()
-			return nil, errors.New("tail larger than a part may be")
+			return nil, fmt.Errorf("%w: tail larger than a part may be", errStreamUnusable)
 		}
 		u.dispatchLocked(u.next, size-u.next)
+	}
+	u.sealed = true
+	if len(u.state) > 0 && u.state[0] == partHeld {
+		u.state[0] = partSending
+		u.send(1, 0, u.partSize)
 	}
 	u.mu.Unlock()
 	done := make(chan struct{})
@@ -178,10 +329,10 @@ func (u *streamUpload) finish(ctx context.Context, size int64) ([]objstore.Part,
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.failed != nil {
-		return nil, u.failed
+		return nil, fmt.Errorf("%w: %w", errStreamUnusable, u.failed)
 	}
 	if len(u.parts) == 0 {
-		return nil, errors.New("no parts")
+		return nil, fmt.Errorf("%w: no parts", errStreamUnusable)
 	}
 	return append([]objstore.Part(nil), u.parts...), nil
 }
@@ -211,83 +362,9 @@ func (u *streamUpload) drop() {
 	}()
 }
 
-// commitStream tries to commit the node's content through its stream. It
-// reports handled=false when the caller must commit with Put instead (no
-// stream, or the stream could not be used; it is dropped then).
-// LOCKS_REQUIRED(n.opMu, n.cmu read)
-func (n *fileNode) commitStream(ctx context.Context, key string, size int64, meta map[string]string) (info objstore.ObjectInfo, handled bool, err error) {
-	n.mu.Lock()
-	u := n.up
-	n.up = nil
-	n.mu.Unlock()
-	if u == nil {
-		return objstore.ObjectInfo{}, false, nil
-	}
-	sm := streamMeta(meta)
-	parts, err := u.finish(ctx, size)
-	if err == nil && !maps.Equal(sm, u.meta) {
-		// CommitStream would refuse it too; checked here to spare the
-		// intent and the register read.
-		err = errors.New("the metadata changed while writing")
-	}
-	sent := err == nil
-	if sent {
-		info, err = n.fsys.guard.CommitStream(ctx, u.st, parts, sm)
-	}
-	switch {
-	case !sent || errors.Is(err, fencing.ErrStreamChanged):
-		u.drop()
-		n.fsys.metrics.streamed.WithLabelValues("fallback").Inc()
-		n.fsys.log.Debug("streamed upload unusable; uploading the whole file", "key", key, "reason", err)
-		return objstore.ObjectInfo{}, false, nil
-	case err != nil:
-		u.cancel()
-		n.fsys.metrics.streamed.WithLabelValues("failed").Inc()
-		return objstore.ObjectInfo{}, true, err
-	}
-	u.cancel()
-	n.fsys.metrics.streamed.WithLabelValues("committed").Inc()
-	return info, true, nil
-}
+// errStreamUnusable: finish cannot give the parts of the staged content (a
+// part failed, the content changed under the parts sent).
+var errStreamUnusable = errors.New("streamed upload unusable")
 
-// streamWriteLocked keeps the node's stream in step with a change of the
-// staged content at [off, end), which moved the staged size from prev to
-// size: a change below the parts sent drops the stream (and no new one
-// starts before the next commit); a sequential append that takes the
-// content past the multipart threshold starts one; full parts are
-// dispatched. LOCKS_REQUIRED(n.cmu write); LOCKS_EXCLUDED(n.mu)
-func (n *fileNode) streamWriteLocked(key string, off, end, prev, size int64) {
-	if n.fsys.guard == nil || key == "" {
-		return
-	}
-	n.mu.Lock()
-	u := n.up
-	if u != nil && u.touches(off) {
-		n.up, n.noStream = nil, true
-		n.mu.Unlock()
-		u.drop()
-		return
-	}
-	if u == nil {
-		if n.noStream || n.unlinked || off != prev || end != size ||
-			size <= objstore.SizingOf(n.fsys.store).MultipartThreshold {
-			n.mu.Unlock()
-			return
-		}
-		meta := streamMeta(encodeAttr(n.attr, contentMeta(n.info.Meta)))
-		u = newStreamUpload(n.fsys, key, n.stage, n.baseLocked(), meta)
-		n.up = u
-	}
-	n.mu.Unlock()
-	u.note(size)
-}
-
-// dropStreamLocked abandons the node's stream, if any, and keeps a new
-// one from starting before the next commit. LOCKS_REQUIRED(n.mu)
-func (n *fileNode) dropStreamLocked() {
-	if n.up != nil {
-		n.up.drop()
-		n.up = nil
-	}
-	n.noStream = true
-}
+// isNoSpace reports a staging write that failed for lack of space.
+func isNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }

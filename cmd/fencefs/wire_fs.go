@@ -39,6 +39,7 @@ func fusefsOptions(cfg *config.Config, store objstore.Store, guard *fencing.Guar
 		AllowOther:          cfg.Mount.AllowOther,
 		DefaultPermissions:  cfg.Mount.DefaultPermissions,
 		UploadConcurrency:   cfg.S3.Concurrency,
+		StreamStaging:       streamStaging(cfg.Mount.StreamStagingMiB),
 		FsName:              fsName,
 		Logger:              log,
 		Registerer:          reg,
@@ -52,4 +53,13 @@ func fusefsOptions(cfg *config.Config, store objstore.Store, guard *fencing.Guar
 // mountFS mounts the filesystem and returns once the kernel mount is ready.
 func mountFS(ctx context.Context, cfg *config.Config, store objstore.Store, guard *fencing.Guard, log *slog.Logger, reg prometheus.Registerer) (fsMount, error) {
 	return fusefs.Mount(ctx, cfg.Mount.Mountpoint, fusefsOptions(cfg, store, guard, log, reg))
+}
+
+// streamStaging is fusefs.Options.StreamStaging for mount.stream_staging_mib
+// (0: no bound).
+func streamStaging(mib int) int64 {
+	if mib == 0 {
+		return -1
+	}
+	return int64(mib) << 20
 }
