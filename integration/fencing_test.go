@@ -172,7 +172,9 @@ func xattr(path, name string) (string, error) {
 func TestFrozenLeaderCannotLandWritesAfterTakeover(t *testing.T) {
 	gw := gateway.ForTest(t)
 	bucket := gateway.NewBucket(t, gw)
-	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
+	// A streams large files with a 16 MiB staging bound: parts of the big
+	// file have left its local disk when it is frozen.
+	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A", "--stream-staging-mib", "16")
 	// B is mounted now, read-only, and takes over later through the root
 	// xattr: starting a process while A is frozen would hang, since exec
 	// closes the test's inherited descriptors on A's mount (a FUSE flush).

@@ -90,3 +90,14 @@ func (x *Proxy) remove(t testing.TB, name string) {
 		t.Fatalf("remove toxic %s: %v", name, err)
 	}
 }
+
+// LoseResponses drops every byte from the server to the client, on existing
+// and new connections, until KeepResponses: requests reach the server and
+// are carried out, but the client never learns their outcome.
+func (x *Proxy) LoseResponses(t testing.TB) {
+	t.Helper()
+	x.add(t, `{"name":"lose-responses","type":"timeout","stream":"downstream","attributes":{"timeout":0}}`)
+}
+
+// KeepResponses removes LoseResponses' toxic.
+func (x *Proxy) KeepResponses(t testing.TB) { t.Helper(); x.remove(t, "lose-responses") }
