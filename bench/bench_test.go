@@ -196,9 +196,9 @@ func TestGoalsAreMetOnlyAboveTheirFactorAndWhenDurable(t *testing.T) {
 		failures int
 		want     string
 	}{
-		{name: "above 0.8x", strict: 90, want: "✓"},
-		{name: "exactly 0.8x", strict: 80, want: "✓"},
-		{name: "below 0.8x", strict: 79, want: "✗"},
+		{name: "above 0.9x", strict: 95, want: "✓"},
+		{name: "exactly 0.9x", strict: 90, want: "✓"},
+		{name: "below 0.9x", strict: 89, want: "✗"},
 		{name: "fast but not durable", strict: 500, failures: 1, want: "✗"},
 	}
 	for _, tt := range tests {

@@ -42,6 +42,8 @@ type instance struct {
 	pid int
 	// logPath is where the mount process's output goes ("" if none).
 	logPath string
+	// cacheDir is the mount's local staging directory ("" if none).
+	cacheDir string
 	// metricsAddr is the host:port of the target's Prometheus endpoint
 	// ("" if none); the benchmark counts S3 requests per operation there.
 	metricsAddr string
@@ -260,6 +262,7 @@ func (t *mountTarget) Start(ctx context.Context, env *benchEnv, bucket, scratch 
 		driver:      &fsDriver{root: spec.mountpoint, chunk: env.cfg.WriteChunk},
 		pid:         cmd.Process.Pid,
 		logPath:     logPath,
+		cacheDir:    spec.cacheDir,
 		metricsAddr: spec.metricsAddr,
 		stop:        p.stop,
 		kill:        p.kill,

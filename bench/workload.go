@@ -31,6 +31,9 @@ const (
 	mUnlink    = "unlink"
 	mRSSWrite  = "rss_write"
 	mRSSPeak   = "rss_peak"
+	// mStageWrite is the most local disk the mount used for staging
+	// while writing the large file.
+	mStageWrite = "staging_write"
 )
 
 const (
@@ -236,7 +239,14 @@ func (w *workloads) runPhases(ctx context.Context, phases []phase, peakKey strin
 		}
 		w.markStart(ctx)
 		stopPerf := w.startPerf(ctx, p.name)
+		var staging *stagingSampler
+		if p.name == mSeqWrite && pid > 0 && w.in.cacheDir != "" {
+			staging = sampleStaging(pid, w.in.cacheDir, 50*time.Millisecond)
+		}
 		err := p.fn(ctx)
+		if staging != nil {
+			w.m.values[mStageWrite] = float64(staging.Stop()) / mib
+		}
 		stopPerf()
 		w.countRequests(ctx, p.name, p.ops)
 		if pid > 0 {
