@@ -37,9 +37,12 @@
 // that was still valid, and report the failure otherwise. A new file is
 // written at its first close, so create-write-close is one PUT; a large
 // file written sequentially is uploaded while it is written (its parts go
-// out as the writer passes them, the close sends the tail and the Complete
-// through Guard.CommitStream; see stream.go), falling back to one Put of the
-// staging file whenever the stream no longer matches it; O_EXCL
+// out as the writer passes them, the close sends the first part, the tail
+// and the Complete through Guard.CommitStream; see stream.go), falling back
+// to one Put of the staging file whenever the stream no longer matches it.
+// Past Options.StreamStaging, uploaded parts leave the staging file, so a
+// file of any size needs bounded local disk; such a file then accepts only
+// sequential writes (ESPIPE otherwise; streamfile.go states the rules); O_EXCL
 // creates the empty object at once, so exclusivity holds across mounts.
 // chmod, chown, utimens and setxattr are a server-side self-copy with new
 // metadata (or ride along with pending content). Unlink and rmdir are
