@@ -57,7 +57,12 @@ func newAttrWriteback(fsys *filesystem, delay time.Duration) *attrWriteback {
 
 // schedule makes b's pending change due after the delay (an earlier
 // deadline stands: a change is never delayed by the next one).
+// A nil w (no write-back delay) schedules nothing: the change stays
+// pending until the next fsync or close stores it.
 func (w *attrWriteback) schedule(b *nodeBase) {
+	if w == nil {
+		return
+	}
 	w.mu.Lock()
 	if _, ok := w.due[b]; !ok {
 		w.due[b] = time.Now().Add(w.delay)

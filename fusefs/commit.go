@@ -43,6 +43,9 @@ func (n *fileNode) sync(ctx context.Context, attrs bool) error {
 // LOCKS_REQUIRED(n.opMu)
 func (n *fileNode) commitLocked(ctx context.Context) error {
 	if done, err := n.resolveUnknownLocked(ctx); done || err != nil {
+		if done {
+			n.dropSpentStageLocked()
+		}
 		return err
 	}
 	metaLeft, err := n.commitStagedLocked(ctx)

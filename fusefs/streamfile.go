@@ -138,8 +138,11 @@ func (n *fileNode) checkStreamChangeLocked(key string, off, end int64, truncate 
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.stageErr != nil {
+		return fmt.Errorf("not stored: %w", n.stageErr)
+	}
 	u := n.up
-	if u != nil && n.stageErr == nil {
+	if u != nil {
 		if truncate && !u.below(off) || !truncate && !u.touches(off, end) {
 			return nil
 		}
@@ -149,10 +152,8 @@ func (n *fileNode) checkStreamChangeLocked(key string, off, end int64, truncate 
 		what = "a truncate to"
 	}
 	err := fmt.Errorf("%w (%s offset %d)", errNotSequential, what, off)
-	if n.stageErr == nil {
-		n.fsys.log.Warn("refused a change of a file being streamed below the part already uploaded and released from the staging file; the file's changes will not be stored",
-			"key", key, "offset", off, "limit", n.fsys.opts.StreamStaging)
-	}
+	n.fsys.log.Warn("refused a change of a file being streamed below the part already uploaded and released from the staging file; the file's changes will not be stored",
+		"key", key, "offset", off, "limit", n.fsys.opts.StreamStaging)
 	n.failLocked(err)
 	if u != nil {
 		n.up = nil

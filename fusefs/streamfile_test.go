@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencefs/fencefs/fencing"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,11 +57,13 @@ func writeInChunks(t *testing.T, m *testMount, f *os.File, data []byte) int64 {
 // documented answer (streamfile.go): a patch of the first part works, a
 // write, truncate or read below the released parts is ESPIPE, a refused
 // write keeps the previous version in the bucket and leaves no upload, a
-// chmod while writing is stored with the content, fsync commits the whole
-// file and writing on still stores everything.
+// chmod while writing is stored with the content, a whole-file rewrite
+// refused because an older epoch changed the file is published on the
+// current version, fsync commits the whole file and writing on still stores
+// everything.
 func TestStreamedFileKeepsItsStagingBounded(t *testing.T) {
 	k := newKT(t, 4*time.Minute)
-	m := k.mount(serveConfig{Token: 1, StreamStaging: boundedStaging})
+	m := k.mount(serveConfig{Token: 2, StreamStaging: boundedStaging})
 	data := pattern(11, boundedSize)
 	old := []byte("the previous version\n")
 
@@ -132,6 +135,11 @@ func TestStreamedFileKeepsItsStagingBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 			return result{want: data, mode: 0o600}
+		}},
+		{"a rewrite refused because an older epoch changed the file is published on the current version", func(t *testing.T, f *os.File, path string) result {
+			writeInChunks(t, m, f, data)
+			k.putObject(t, strings.TrimPrefix(path, m.Path("")+"/"), []byte("an older epoch's last write"), map[string]string{fencing.MetaEpoch: "1"})
+			return result{want: data}
 		}},
 		{"fsync commits the whole file and writing on stores everything", func(t *testing.T, f *os.File, path string) result {
 			half := len(data) / 2
