@@ -22,81 +22,83 @@ import (
 // commit of the file (the close of a second descriptor) recognises its own
 // earlier attempt by the write id in the object's metadata: it succeeds,
 // stores nothing more, and no log line calls the object someone else's or
-// the changes lost. For a new file and for a rewrite of an existing one.
+// the changes lost. For a new file and for a rewrite of an existing one, on
+// the gateway and on MinIO.
 func TestACommitThatLandedUnseenIsRecognisedByItsWriteID(t *testing.T) {
-	gw := gateway.ForTest(t)
-	bucket := gateway.NewBucket(t, gw)
-	proxy := harness.NewProxy(t, gw.Addr)
-	fs := harness.Mount(t, gw, bucket, "--endpoint", proxy.Endpoint(), "--token", "1",
-		"--s3-timeout", "1s", "--s3-retry-deadline", "3s")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := os.WriteFile(fs.Path("existing"), []byte("the old version"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name, file string
-		flags      int
-	}{
-		{"a new file", "new", os.O_CREATE | os.O_EXCL | os.O_WRONLY},
-		{"a rewrite", "existing", os.O_WRONLY | os.O_TRUNC},
-	} {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			data := []byte("written while the responses were lost: " + tc.name)
-			w, err := os.OpenFile(fs.Path(tc.file), tc.flags, 0o644)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			if _, err := w.Write(data); err != nil {
-				t.Fatal(err)
-			}
-			second, err := os.Open(fs.Path(tc.file)) // keeps the file open past the failed close
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer second.Close()
-			time.Sleep(200 * time.Millisecond) // the intent written at the first write is in
-			proxy.LoseResponses(t)
-			err = w.Close()
-			proxy.KeepResponses(t)
-			if !errors.Is(err, syscall.EIO) {
-				t.Fatalf("close while the responses are lost: %v; want EIO", err)
-			}
-			got := readObject(t, gw, bucket, tc.file)
-			if !bytes.Equal(got.body, data) {
-				t.Fatalf("the bucket holds %q: the commit did not land, this test proves nothing", got.body)
-			}
-			info, err := gw.Client().StatObject(ctx, bucket, tc.file, minio.StatObjectOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var closeErr error
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-				// The breaker may still report the storage down for a moment.
-				if closeErr = second.Close(); !errors.Is(closeErr, syscall.EIO) || time.Now().After(deadline) {
-					break
-				}
-				if second, err = os.Open(fs.Path(tc.file)); err != nil {
+	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
+		bucket := gateway.NewBucket(t, gw)
+		proxy := harness.NewProxy(t, gw.Addr)
+		fs := harness.Mount(t, gw, bucket, "--endpoint", proxy.Endpoint(), "--token", "1",
+			"--s3-timeout", "1s", "--s3-retry-deadline", "3s")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := os.WriteFile(fs.Path("existing"), []byte("the old version"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name, file string
+			flags      int
+		}{
+			{"a new file", "new", os.O_CREATE | os.O_EXCL | os.O_WRONLY},
+			{"a rewrite", "existing", os.O_WRONLY | os.O_TRUNC},
+		} {
+			t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+				data := []byte("written while the responses were lost: " + tc.name)
+				w, err := os.OpenFile(fs.Path(tc.file), tc.flags, 0o644)
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			if closeErr != nil {
-				t.Fatalf("the next close after the link healed: %v; want success (its earlier attempt landed)", closeErr)
-			}
-			after, err := gw.Client().StatObject(ctx, bucket, tc.file, minio.StatObjectOptions{})
-			if err != nil || after.ETag != info.ETag || after.LastModified != info.LastModified {
-				t.Fatalf("the object was written again (ETag %s → %s, %v); want the landed attempt kept", info.ETag, after.ETag, err)
-			}
-			log := fs.Log()
-			for _, bad := range []string{"created concurrently", "they are lost", "changed since it was read"} {
-				if strings.Contains(log, bad) {
-					t.Fatalf("the mount's log says %q about its own landed commit:\n%s", bad, log)
+				defer w.Close()
+				if _, err := w.Write(data); err != nil {
+					t.Fatal(err)
 				}
-			}
-			if !strings.Contains(log, "a commit whose outcome was unknown had landed") {
-				t.Fatalf("no log line recognises the landed commit:\n%s", log)
-			}
-		})
-	}
+				second, err := os.Open(fs.Path(tc.file)) // keeps the file open past the failed close
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer second.Close()
+				time.Sleep(200 * time.Millisecond) // the intent written at the first write is in
+				proxy.LoseResponses(t)
+				err = w.Close()
+				proxy.KeepResponses(t)
+				if !errors.Is(err, syscall.EIO) {
+					t.Fatalf("close while the responses are lost: %v; want EIO", err)
+				}
+				got := readObject(t, gw, bucket, tc.file)
+				if !bytes.Equal(got.body, data) {
+					t.Fatalf("the bucket holds %q: the commit did not land, this test proves nothing", got.body)
+				}
+				info, err := gw.Client().StatObject(ctx, bucket, tc.file, minio.StatObjectOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var closeErr error
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+					// The breaker may still report the storage down for a moment.
+					if closeErr = second.Close(); !errors.Is(closeErr, syscall.EIO) || time.Now().After(deadline) {
+						break
+					}
+					if second, err = os.Open(fs.Path(tc.file)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if closeErr != nil {
+					t.Fatalf("the next close after the link healed: %v; want success (its earlier attempt landed)", closeErr)
+				}
+				after, err := gw.Client().StatObject(ctx, bucket, tc.file, minio.StatObjectOptions{})
+				if err != nil || after.ETag != info.ETag || after.LastModified != info.LastModified {
+					t.Fatalf("the object was written again (ETag %s → %s, %v); want the landed attempt kept", info.ETag, after.ETag, err)
+				}
+				log := fs.Log()
+				for _, bad := range []string{"created concurrently", "they are lost", "changed since it was read"} {
+					if strings.Contains(log, bad) {
+						t.Fatalf("the mount's log says %q about its own landed commit:\n%s", bad, log)
+					}
+				}
+				if !strings.Contains(log, "a commit whose outcome was unknown had landed") {
+					t.Fatalf("no log line recognises the landed commit:\n%s", log)
+				}
+			})
+		}
+	})
 }

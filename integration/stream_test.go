@@ -80,45 +80,46 @@ func objectSum(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket, k
 // whose cache directory is a 64 MiB filesystem: the write succeeds (parts
 // already uploaded leave the staging file), close returns once the whole
 // object is stored, and the bucket and the mount read back the very bytes
-// written.
+// written. On the gateway and on MinIO.
 func TestSequentialWriteLargerThanTheCacheDiskStreams(t *testing.T) {
-	gw := gateway.ForTest(t)
-	bucket := gateway.NewBucket(t, gw)
-	cache := smallDisk(t, "64m")
-	fs := harness.Mount(t, gw, bucket, "--token", "1", "--cache-dir", cache)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := os.WriteFile(fs.Path("dump"), []byte("the previous dump\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
+		bucket := gateway.NewBucket(t, gw)
+		cache := smallDisk(t, "64m")
+		fs := harness.Mount(t, gw, bucket, "--token", "1", "--cache-dir", cache)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := os.WriteFile(fs.Path("dump"), []byte("the previous dump\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 
-	const size = 1 << 30
-	f, err := os.OpenFile(fs.Path("dump"), os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := writeStream(f, 7, size, nil)
-	if err != nil {
-		f.Close()
-		t.Fatalf("writing 1 GiB with a 64 MiB cache disk: %v", err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatalf("close of 1 GiB written with a 64 MiB cache disk: %v", err)
-	}
-	if got, n := objectSum(ctx, t, gw, bucket, "dump"); n != size || !bytes.Equal(got, want) {
-		t.Fatalf("the bucket holds %d bytes with another checksum; want the %d written", n, int64(size))
-	}
-	r, err := os.Open(fs.Path("dump"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if got, n := sumOf(t, r); n != size || !bytes.Equal(got, want) {
-		t.Fatalf("the mount reads back %d bytes with another checksum; want the %d written", n, int64(size))
-	}
-	if left := uploadIDs(ctx, t, gw, bucket, "dump"); len(left) != 0 {
-		t.Fatalf("uploads left behind: %v", left)
-	}
+		const size = 1 << 30
+		f, err := os.OpenFile(fs.Path("dump"), os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := writeStream(f, 7, size, nil)
+		if err != nil {
+			f.Close()
+			t.Fatalf("writing 1 GiB with a 64 MiB cache disk: %v", err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatalf("close of 1 GiB written with a 64 MiB cache disk: %v", err)
+		}
+		if got, n := objectSum(ctx, t, gw, bucket, "dump"); n != size || !bytes.Equal(got, want) {
+			t.Fatalf("the bucket holds %d bytes with another checksum; want the %d written", n, int64(size))
+		}
+		r, err := os.Open(fs.Path("dump"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if got, n := sumOf(t, r); n != size || !bytes.Equal(got, want) {
+			t.Fatalf("the mount reads back %d bytes with another checksum; want the %d written", n, int64(size))
+		}
+		if left := uploadIDs(ctx, t, gw, bucket, "dump"); len(left) != 0 {
+			t.Fatalf("uploads left behind: %v", left)
+		}
+	})
 }
 
 // TestStreamedWriteFailuresKeepTheOldContentWhole checks a file streamed
@@ -126,76 +127,77 @@ func TestSequentialWriteLargerThanTheCacheDiskStreams(t *testing.T) {
 // kill -9 of the mount leaves the old content whole and no other object
 // (`fencefs gc` then aborts the upload left behind), and a write back into
 // a released part is ESPIPE, as is the close, with the old content kept
-// and a log line saying why.
+// and a log line saying why. On the gateway and on MinIO.
 func TestStreamedWriteFailuresKeepTheOldContentWhole(t *testing.T) {
-	gw := gateway.ForTest(t)
-	bucket := gateway.NewBucket(t, gw)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	old := []byte("the old version\n")
-	const bound = "32"
+	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
+		bucket := gateway.NewBucket(t, gw)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		old := []byte("the old version\n")
+		const bound = "32"
 
-	t.Run("kill -9 mid-stream", func(t *testing.T) {
-		fs := harness.Mount(t, gw, bucket, "--token", "1", "--holder", "A", "--stream-staging-mib", bound)
-		if err := os.WriteFile(fs.Path("big"), old, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.OpenFile(fs.Path("big"), os.O_WRONLY|os.O_TRUNC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		// 160 MiB written of 512: five times the bound, parts released.
-		if _, err := writeStream(f, 3, 512<<20, func(n int64) bool { return n >= 160<<20 }); err != nil {
-			t.Fatal(err)
-		}
-		if len(uploadIDs(ctx, t, gw, bucket, "big")) != 1 {
-			t.Fatal("no upload of the file in progress while it is written")
-		}
-		fs.Kill()
-		if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, old) {
-			t.Fatalf("after kill -9 mid-stream the object holds %d bytes, want the old version", len(got.body))
-		}
-		if keys := userKeys(t, gw, bucket); len(keys) != 1 {
-			t.Fatalf("objects after kill -9 mid-stream: %v, want only big", keys)
-		}
-		out, err := harness.Run(ctx, t, gw, nil, "gc", bucket, "--endpoint", gw.Endpoint, "--upload-age", "0s")
-		if err != nil {
-			t.Fatalf("fencefs gc: %v\n%s", err, out)
-		}
-		if left := uploadIDs(ctx, t, gw, bucket, "big"); len(left) != 0 {
-			t.Fatalf("uploads after gc: %v\n%s", left, out)
-		}
-	})
-
-	t.Run("a write back into a released part", func(t *testing.T) {
-		fs := harness.Mount(t, gw, bucket, "--token", "2", "--holder", "B", "--stream-staging-mib", bound)
-		f, err := os.OpenFile(fs.Path("big"), os.O_WRONLY|os.O_TRUNC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := writeStream(f, 4, 128<<20, nil); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteAt([]byte("patch"), 50<<20); !errors.Is(err, syscall.ESPIPE) {
-			t.Fatalf("a write back into a released part: %v; want ESPIPE", err)
-		}
-		if err := f.Close(); !errors.Is(err, syscall.ESPIPE) {
-			t.Fatalf("close after the refused write: %v; want ESPIPE", err)
-		}
-		if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, old) {
-			t.Fatalf("after the refused write the object holds %d bytes, want the old version", len(got.body))
-		}
-		if !strings.Contains(fs.Log(), "refused a change of a file being streamed") {
-			t.Fatalf("no log line says why the write was refused:\n%s", fs.Log())
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for len(uploadIDs(ctx, t, gw, bucket, "big")) != 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("the refused stream's upload is still there 30 s after close")
+		t.Run("kill -9 mid-stream", func(t *testing.T) {
+			fs := harness.Mount(t, gw, bucket, "--token", "1", "--holder", "A", "--stream-staging-mib", bound)
+			if err := os.WriteFile(fs.Path("big"), old, 0o644); err != nil {
+				t.Fatal(err)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			f, err := os.OpenFile(fs.Path("big"), os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			// 160 MiB written of 512: five times the bound, parts released.
+			if _, err := writeStream(f, 3, 512<<20, func(n int64) bool { return n >= 160<<20 }); err != nil {
+				t.Fatal(err)
+			}
+			if len(uploadIDs(ctx, t, gw, bucket, "big")) != 1 {
+				t.Fatal("no upload of the file in progress while it is written")
+			}
+			fs.Kill()
+			if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, old) {
+				t.Fatalf("after kill -9 mid-stream the object holds %d bytes, want the old version", len(got.body))
+			}
+			if keys := userKeys(t, gw, bucket); len(keys) != 1 {
+				t.Fatalf("objects after kill -9 mid-stream: %v, want only big", keys)
+			}
+			out, err := harness.Run(ctx, t, gw, nil, "gc", bucket, "--endpoint", gw.Endpoint, "--upload-age", "0s")
+			if err != nil {
+				t.Fatalf("fencefs gc: %v\n%s", err, out)
+			}
+			if left := uploadIDs(ctx, t, gw, bucket, "big"); len(left) != 0 {
+				t.Fatalf("uploads after gc: %v\n%s", left, out)
+			}
+		})
+
+		t.Run("a write back into a released part", func(t *testing.T) {
+			fs := harness.Mount(t, gw, bucket, "--token", "2", "--holder", "B", "--stream-staging-mib", bound)
+			f, err := os.OpenFile(fs.Path("big"), os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := writeStream(f, 4, 128<<20, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte("patch"), 50<<20); !errors.Is(err, syscall.ESPIPE) {
+				t.Fatalf("a write back into a released part: %v; want ESPIPE", err)
+			}
+			if err := f.Close(); !errors.Is(err, syscall.ESPIPE) {
+				t.Fatalf("close after the refused write: %v; want ESPIPE", err)
+			}
+			if got := readObject(t, gw, bucket, "big"); !bytes.Equal(got.body, old) {
+				t.Fatalf("after the refused write the object holds %d bytes, want the old version", len(got.body))
+			}
+			if !strings.Contains(fs.Log(), "refused a change of a file being streamed") {
+				t.Fatalf("no log line says why the write was refused:\n%s", fs.Log())
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for len(uploadIDs(ctx, t, gw, bucket, "big")) != 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the refused stream's upload is still there 30 s after close")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
 	})
 }
