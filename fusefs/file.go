@@ -377,7 +377,7 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 		return 0, err
 	}
 	w, err := n.stage.WriteAt(data, off)
-	for isNoSpace(err) && n.reclaimLocked(ctx, max(prev, off+int64(w))) {
+	for isNoSpace(err) && n.reclaimLocked(ctx, off, off+int64(w), max(prev, off+int64(w))) {
 		// Uploaded parts of a streamed file gave their space back.
 		more, werr := n.stage.WriteAt(data[w:], off+int64(w))
 		w, err = w+more, werr

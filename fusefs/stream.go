@@ -1,11 +1,13 @@
 package fusefs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -69,8 +71,15 @@ type streamUpload struct {
 	st  *fencing.Stream // set before started is closed; nil on failure
 	err error           // start's error, set before started is closed
 
-	mu       sync.Mutex
-	next     int64           // GUARDED_BY(mu): end of the parts dispatched so far (the held first part included)
+	mu   sync.Mutex
+	next int64 // GUARDED_BY(mu): end of the parts dispatched so far (the held first part included)
+	// filled: every byte below it was written, so parts below it are
+	// final; spans are the ranges written above it (sorted, disjoint).
+	// The kernel may hand one writer's consecutive writes over out of
+	// order: a part is dispatched only once nothing below its end can be
+	// still to come. GUARDED_BY(mu)
+	filled   int64
+	spans    [][2]int64
 	parts    []objstore.Part // GUARDED_BY(mu): by part number - 1
 	state    []partState     // GUARDED_BY(mu): by part number - 1
 	failed   error           // GUARDED_BY(mu): first part failure
@@ -125,8 +134,32 @@ func newStreamUpload(fsys *filesystem, key string, stage *os.File, base fencing.
 	return u
 }
 
+// wrote records that [off, end) of the staged content was written.
+// LOCKS_REQUIRED(node cmu, write)
+func (u *streamUpload) wrote(off, end int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if end <= u.filled || end <= off {
+		return
+	}
+	u.spans = append(u.spans, [2]int64{off, end})
+	slices.SortFunc(u.spans, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	rest := u.spans[:0]
+	for _, sp := range u.spans {
+		switch {
+		case sp[0] <= u.filled:
+			u.filled = max(u.filled, sp[1])
+		case len(rest) > 0 && sp[0] <= rest[len(rest)-1][1]:
+			rest[len(rest)-1][1] = max(rest[len(rest)-1][1], sp[1])
+		default:
+			rest = append(rest, sp)
+		}
+	}
+	u.spans = rest
+}
+
 // advance is called after the staged content grew to size: it dispatches
-// every full part below size, then releases uploaded parts while the
+// every full part below what was written without a gap, then releases uploaded parts while the
 // staging file holds more than limit bytes, waiting for uploads in flight
 // when none can be released yet (a writer faster than the uploads). It
 // returns the bytes it released; err is the stream's failure (a part that
@@ -136,7 +169,7 @@ func newStreamUpload(fsys *filesystem, key string, stage *os.File, base fencing.
 func (u *streamUpload) advance(ctx context.Context, size, limit int64) (freed int64, err error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for !u.dropped && !u.sealed && u.failed == nil && size-u.next >= u.partSize && len(u.parts) < objstore.MaxParts-1 {
+	for !u.dropped && !u.sealed && u.failed == nil && u.filled-u.next >= u.partSize && len(u.parts) < objstore.MaxParts-1 {
 		if len(u.parts) == 0 {
 			u.parts, u.state, u.next = append(u.parts, objstore.Part{}), append(u.state, partHeld), u.partSize
 			continue

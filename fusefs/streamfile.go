@@ -87,8 +87,10 @@ func (n *fileNode) streamWriteLocked(ctx context.Context, key string, off, end, 
 		meta := streamMeta(encodeAttr(n.attr, contentMeta(n.info.Meta)))
 		u = newStreamUpload(n.fsys, key, n.stage, n.baseLocked(), meta)
 		n.up = u
+		off = 0 // everything below the append is the content so far
 	}
 	n.mu.Unlock()
+	u.wrote(off, end)
 	n.advanceLocked(ctx, u, size, n.fsys.opts.StreamStaging)
 }
 
@@ -121,11 +123,15 @@ func (n *fileNode) advanceLocked(ctx context.Context, u *streamUpload, size, lim
 // it waits for the node's part uploads and releases every uploaded part.
 // It reports whether space was given back (the write may be tried again).
 // LOCKS_REQUIRED(n.cmu write)
-func (n *fileNode) reclaimLocked(ctx context.Context, size int64) bool {
+func (n *fileNode) reclaimLocked(ctx context.Context, off, end, size int64) bool {
 	n.mu.Lock()
 	u := n.up
 	n.mu.Unlock()
-	return u != nil && n.advanceLocked(ctx, u, size, 0)
+	if u == nil {
+		return false
+	}
+	u.wrote(off, end)
+	return n.advanceLocked(ctx, u, size, 0)
 }
 
 // checkStreamChangeLocked refuses a change of the staged bytes in
