@@ -44,7 +44,7 @@ func (n *fileNode) sync(ctx context.Context, attrs bool) error {
 func (n *fileNode) commitLocked(ctx context.Context) error {
 	if done, err := n.resolveUnknownLocked(ctx); done || err != nil {
 		if done {
-			n.dropSpentStageLocked()
+			n.dropSpentStage()
 		}
 		return err
 	}
@@ -52,7 +52,7 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.dropSpentStageLocked()
+	n.dropSpentStage()
 	if metaLeft {
 		return n.storePendingAttrLocked(ctx)
 	}
@@ -101,6 +101,7 @@ func (n *fileNode) commitStagedLocked(ctx context.Context) (metaLeft bool, err e
 	n.pending = false
 	n.replacing = false
 	n.attrPending = c.metaLeft // else the commit stored n.attr
+	n.spent = n.holeHi > 0     // the bucket holds what the staging file lost
 	n.keepETag = info.ETag
 	if n.gen == c.gen {
 		n.setCleanLocked()
@@ -146,6 +147,7 @@ func (n *fileNode) resolveUnknownLocked(ctx context.Context) (done bool, err err
 	n.pending = false
 	n.replacing = false
 	n.keepETag = info.ETag
+	n.spent = true // if parts of the staging file were released
 	if n.gen != gen {
 		return false, nil // changed since: committed on top of what landed
 	}
@@ -154,15 +156,25 @@ func (n *fileNode) resolveUnknownLocked(ctx context.Context) (done bool, err err
 	return true, nil
 }
 
-// dropSpentStageLocked drops the staging file of a node whose streamed
-// commit succeeded while parts of it had been released: it no longer holds
-// the content, the bucket does (handles read from there).
-// LOCKS_REQUIRED(n.opMu)
-func (n *fileNode) dropSpentStageLocked() {
+// dropSpentStage drops the staging file of a node whose streamed commit
+// succeeded while parts of it had been released: it no longer holds the
+// content, the bucket does (handles read from there; a write stages the
+// object again). Writers and truncates call dropSpentStageLocked first
+// thing, as they may come in between the commit and this.
+func (n *fileNode) dropSpentStage() {
 	n.cmu.Lock()
 	defer n.cmu.Unlock()
+	n.dropSpentStageLocked()
+}
+
+// LOCKS_REQUIRED(n.cmu write)
+func (n *fileNode) dropSpentStageLocked() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if !n.spent {
+		return
+	}
+	n.spent = false
 	if n.holeHi == 0 || n.stage == nil || n.dirty {
 		return
 	}

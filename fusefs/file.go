@@ -54,6 +54,9 @@ type fileNode struct {
 	keepETag  string        // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
 	up        *streamUpload // the staged content's upload in progress (stream.go); nil if none
 	noStream  bool          // a stream was dropped: none until the next commit
+	// spent: the staging file had parts released and its content is now
+	// committed: it is dropped before anything uses it again (commit.go).
+	spent bool
 	// unknownWID is the write id of the last commit whose outcome was
 	// unknown (it may have landed), unknownGen the gen it stored: the next
 	// commit asks the bucket first (commit.go).
@@ -364,6 +367,7 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 	key, _ := n.key()
 	n.cmu.Lock()
 	defer n.cmu.Unlock()
+	n.dropSpentStageLocked()
 	if err := n.ensureStageLocked(ctx, -1); err != nil {
 		return 0, err
 	}
@@ -428,6 +432,7 @@ func (n *fileNode) truncateAt(ctx context.Context, size int64, atOpen bool) erro
 	key, _ := n.key()
 	n.cmu.Lock()
 	defer n.cmu.Unlock()
+	n.dropSpentStageLocked()
 	if err := n.ensureStageLocked(ctx, size); err != nil {
 		return err
 	}
@@ -534,7 +539,7 @@ func (n *fileNode) dropStage() {
 		n.resetStreamHolesLocked()
 		n.fsys.stagingBytes.Add(-n.size)
 	}
-	n.unknownWID = ""
+	n.unknownWID, n.spent = "", false
 	n.fsys.untrack(n)
 	if !n.pending && !n.unlinked {
 		n.size = n.info.Size
@@ -553,6 +558,7 @@ func (n *fileNode) preserveForReadersLocked(ctx context.Context) error {
 	}
 	n.cmu.Lock()
 	defer n.cmu.Unlock()
+	n.dropSpentStageLocked()
 	return n.ensureStageLocked(ctx, -1)
 }
 

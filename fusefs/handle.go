@@ -46,7 +46,10 @@ var _ = (fs.FileReader)((*fileHandle)(nil))
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := h.node
 	n.cmu.RLock()
-	if n.stage != nil {
+	n.mu.Lock()
+	spent := n.spent // the bucket has the content (commit.go)
+	n.mu.Unlock()
+	if n.stage != nil && !spent {
 		defer n.cmu.RUnlock()
 		if err := n.checkStreamReadLocked(off, off+int64(len(dest))); err != nil {
 			k, _ := n.key()

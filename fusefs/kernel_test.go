@@ -151,6 +151,15 @@ func newKT(t *testing.T, timeout time.Duration) *kt {
 	// Kernel tests are independent (each has its own gateway, bucket and
 	// mount processes) and mostly wait on I/O.
 	t.Parallel()
+	return newKTAlone(t, timeout)
+}
+
+// newKTAlone is newKT for a test that must not run beside the others:
+// their fork+exec closes this process's descriptors in the child, and
+// each such close is a FUSE flush that commits a file being written
+// (which a test of what a failed write leaves in the bucket cannot have).
+func newKTAlone(t *testing.T, timeout time.Duration) *kt {
+	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		gateway.SkipOrFail(t, "no /dev/fuse: %v", err)
 	}
