@@ -55,6 +55,7 @@ func TestZooKeeperLeadersTakeTurnsWithGrowingTokensAndLeaveNothing(t *testing.T)
 	if _, err := c.Create("/apps", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Delete("/apps", -1) })
 	var last uint64
 	for round := 0; round < 3; round++ {
 		first, err := lease.CampaignZooKeeper(ctx, "leader", opts)
@@ -209,6 +210,7 @@ func TestZooKeeperBadServerOrPathIsOneLine(t *testing.T) {
 	if _, err := c.Create("/locked", nil, 0, zk.AuthACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Delete("/locked", -1) })
 	if _, err := c.Create("/eph", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
