@@ -130,7 +130,7 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 	bg, cancel := context.WithCancel(context.Background())
 	g := &Guard{
 		objects: objects{store: store, lay: newLayout(cfg.Domain), sizing: objstore.SizingOf(store),
-			now: cfg.Now, holder: holder, spoolDir: cfg.SpoolDir},
+			now: cfg.Now, holder: holder, spoolDir: cfg.SpoolDir, expiry: newTombExpiry(store, cfg)},
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "fencing"),
 		met:     newMetrics(cfg.Registerer),

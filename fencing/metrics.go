@@ -22,6 +22,7 @@ type metrics struct {
 	sweptKeys   prometheus.Counter
 	tombs       prometheus.Gauge   // known tombstones (sum over Guards)
 	tombAge     prometheus.Gauge   // age of the oldest known tombstone
+	tombNext    prometheus.Gauge   // seconds until the next known tombstone goes; -1 never by itself
 	tombReaped  prometheus.Counter // tombstones removed by the reaper
 }
 
@@ -54,8 +55,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tombstones", Help: "Tombstones in the bucket this mount knows of (written by its sweeps and deletes, or adopted from an earlier mount's ledger) and has not removed yet."}),
 		tombAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "fencefs", Subsystem: "fencing",
 			Name: "tombstone_oldest_age_seconds", Help: "Age of the oldest tombstone this mount knows of (0 when none)."}),
+		tombNext: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "fencefs", Subsystem: "fencing",
+			Name: "tombstone_next_removal_seconds", Help: "Seconds until the first tombstone this mount knows of is due to go (by its DELETE or the bucket lifecycle rule; 0 when none or due now); -1 when they stay until fencefs gc."}),
 		tombReaped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fencefs", Subsystem: "fencing",
-			Name: "tombstones_removed_total", Help: "Tombstones the mount removed by itself once older than fence.signed_request_validity."}),
+			Name: "tombstones_removed_total", Help: "Tombstones removed once older than fence.signed_request_validity: by the mount's DELETE, or seen gone by the bucket lifecycle rule."}),
 	}
 	m.token = promreg.Register(reg, m.token)
 	m.epochSeen = promreg.Register(reg, m.epochSeen)
@@ -69,6 +72,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.sweptKeys = promreg.Register(reg, m.sweptKeys)
 	m.tombs = promreg.Register(reg, m.tombs)
 	m.tombAge = promreg.Register(reg, m.tombAge)
+	m.tombNext = promreg.Register(reg, m.tombNext)
 	m.tombReaped = promreg.Register(reg, m.tombReaped)
 	for _, st := range []State{StateUnbound, StateSweeping, StateActive, StateFenced, StateOff} {
 		m.state.WithLabelValues(string(st)).Add(0) // every state is exported, 0 when empty
@@ -149,10 +153,11 @@ func (m *metrics) swept(intents, keys int) {
 
 // tombstones adds delta to the known-tombstone gauge and sets the oldest
 // age (with several Guards in one process the last report wins).
-func (m *metrics) tombstones(delta int, oldestAge float64) {
+func (m *metrics) tombstones(delta int, oldestAge, nextRemoval float64) {
 	if m != nil {
 		m.tombs.Add(float64(delta))
 		m.tombAge.Set(oldestAge)
+		m.tombNext.Set(nextRemoval)
 	}
 }
 

@@ -30,6 +30,9 @@ type objects struct {
 	now      func() time.Time
 	holder   string
 	spoolDir string // where fetch spools large content ("" = os.TempDir())
+	// expiry tags tombstones for the bucket lifecycle rule that removes
+	// them (tombstone.go); nil: tombstones carry no tag.
+	expiry *tombExpiry
 }
 
 // fetchInMemory is the largest content fetch keeps in memory.
@@ -151,22 +154,6 @@ func (o objects) fetch(ctx context.Context, key, etag string, size int64) (spool
 		return nil, fmt.Errorf("reading %s: %v: %w", key, err, objstore.ErrPrecondition)
 	}
 	return body, err
-}
-
-// putTombstone writes a tombstone of epoch ts.token with write id wid at
-// key, keeping the stamps and the ETag-ABA record of meta.
-func (o objects) putTombstone(ctx context.Context, key string, ts tokenState, wid string, cond objstore.Condition, meta map[string]string) (objstore.ObjectInfo, error) {
-	m := map[string]string{}
-	for k, v := range meta {
-		if k == MetaEpoch || k == MetaHolder || k == MetaWID || k == MetaSwept {
-			m[k] = v
-		}
-	}
-	m[MetaTombstone] = "1"
-	stampMeta(m, ts, o.holder, wid)
-	body := tombstoneBody(ts.token, wid)
-	return o.store.Put(ctx, key, bytes.NewReader(body), int64(len(body)), objstore.PutOptions{
-		Cond: cond, Meta: m, Shape: objstore.ShapePlain, ContentType: "application/x-fencefs-tombstone"})
 }
 
 // stampMeta sets the stamp keys in meta.

@@ -147,7 +147,8 @@ func newReaper(o objects, cfg Config, log *slog.Logger, met *metrics, bg context
 	}
 }
 
-// enabled reports whether this Guard removes tombstones by itself.
+// enabled reports whether this Guard removes tombstones by itself, or
+// follows their removal by the bucket lifecycle rule.
 func (r *reaper) enabled() bool {
 	switch r.reap {
 	case ReapOff:
@@ -155,7 +156,15 @@ func (r *reaper) enabled() bool {
 	case ReapAlways:
 		return true
 	}
-	return !r.tombDel
+	return !r.tombDel || r.byLifecycle()
+}
+
+// byLifecycle reports whether the bucket lifecycle rule removes this
+// Guard's tombstones (tombstone.go): the reaper then only checks that they
+// went.
+func (r *reaper) byLifecycle() bool {
+	ok, _ := r.expiry.state()
+	return ok
 }
 
 // note records that a tombstone with etag now stands at key,
@@ -175,10 +184,17 @@ func (r *reaper) note(key, etag string, rec record) {
 }
 
 // add merges entries into the known set (a newer entry of a key
-// replaces the older one) and wakes the loop.
+// replaces the older one) and wakes the loop. Where the lifecycle rule
+// removes tombstones, an entry is due when the rule removes it.
 func (r *reaper) add(entries []tombEntry) {
+	lifecycle := r.byLifecycle()
 	r.mu.Lock()
 	for _, e := range entries {
+		if lifecycle {
+			if d := r.expiry.due(e.Written); d.After(e.Due) {
+				e.Due = d
+			}
+		}
 		old, ok := r.known[e.Key]
 		if ok && !e.Written.After(old.Written) {
 			continue
@@ -275,7 +291,7 @@ func (r *reaper) stop(ctx context.Context) {
 		r.runMu.Unlock()
 	}
 	r.mu.Lock()
-	r.met.tombstones(-r.reported, 0)
+	r.met.tombstones(-r.reported, 0, 0)
 	r.reported = 0
 	r.mu.Unlock()
 }
@@ -339,10 +355,12 @@ func (r *reaper) nextReap(now time.Time) time.Duration {
 	return max(wait, 10*time.Millisecond)
 }
 
-// reapDue removes the due tombstones; it returns how many it had to keep.
+// reapDue removes the due tombstones (or, where the lifecycle rule removes
+// them, checks that they went); it returns how many it had to keep.
 func (r *reaper) reapDue(ctx context.Context, ts tokenState, due []tombEntry) int {
 	exact := !r.tombDel
-	if !exact {
+	lifecycle := !exact && r.reap == ReapAuto && r.byLifecycle()
+	if !exact && !lifecycle {
 		// Only the leader removes tombstones unconditionally; the window
 		// from here to the DELETE is in the package documentation.
 		if err := r.guard.validate(ctx, ts); err != nil {
@@ -356,9 +374,12 @@ func (r *reaper) reapDue(ctx context.Context, ts tokenState, due []tombEntry) in
 		e := due[i]
 		var gone bool
 		var err error
-		if exact {
+		switch {
+		case exact:
 			gone, err = r.reapExact(ctx, e)
-		} else {
+		case lifecycle:
+			gone, err = r.expired(ctx, e)
+		default:
 			gone, err = r.reapUnconditional(ctx, e)
 		}
 		mu.Lock()
@@ -527,21 +548,24 @@ func (r *reaper) writeLedger(ctx context.Context, ts tokenState, force bool) err
 }
 
 // report updates the gauges: how many tombstones this Guard
-// knows of, and the age of the oldest.
+// knows of, the age of the oldest, and the time until the next is due to
+// go (-1: none goes by itself, they wait for fencefs gc).
 func (r *reaper) report() {
 	now := r.now()
+	enabled := r.enabled()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var oldest time.Time
-	for _, e := range r.known {
-		if oldest.IsZero() || e.Written.Before(oldest) {
-			oldest = e.Written
-		}
+	st := r.statusLocked(now, enabled)
+	age, next := 0.0, 0.0
+	if !st.Oldest.IsZero() {
+		age = max(now.Sub(st.Oldest).Seconds(), 0)
 	}
-	age := 0.0
-	if !oldest.IsZero() {
-		age = max(now.Sub(oldest).Seconds(), 0)
+	switch {
+	case !enabled && st.Known > 0:
+		next = -1
+	case !st.NextRemoval.IsZero():
+		next = max(st.NextRemoval.Sub(now).Seconds(), 0)
 	}
-	r.met.tombstones(len(r.known)-r.reported, age)
+	r.met.tombstones(len(r.known)-r.reported, age, next)
 	r.reported = len(r.known)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/fencefs/fencefs/fencing"
 )
@@ -34,11 +35,15 @@ const (
 	// XattrStagingBytes is the bytes held in staging files in the cache
 	// directory.
 	XattrStagingBytes = XattrPrefix + "staging_bytes"
+	// XattrTombstones tells the tombstones (deleted keys other S3 clients
+	// still list) the mount knows of, when the first goes, and how they
+	// are removed (fencing.TombstoneStatus).
+	XattrTombstones = XattrPrefix + "tombstones"
 )
 
 // ControlXattrs returns the name of every control attribute, state first.
 func ControlXattrs() []string {
-	return []string{XattrState, XattrToken, XattrEpoch, XattrHolder, XattrEpochHolder, XattrReason, XattrDirtyFiles, XattrStagingBytes}
+	return []string{XattrState, XattrToken, XattrEpoch, XattrHolder, XattrEpochHolder, XattrReason, XattrDirtyFiles, XattrStagingBytes, XattrTombstones}
 }
 
 var controlNames = ControlXattrs()
@@ -76,8 +81,24 @@ func (fsys *filesystem) controlGet(name string) (val []byte, ok bool, err error)
 		return formatUint(uint64(max(fsys.dirtyFiles.Load(), 0))), true, nil
 	case XattrStagingBytes:
 		return formatUint(uint64(max(fsys.stagingBytes.Load(), 0))), true, nil
+	case XattrTombstones:
+		return []byte(fsys.tombstones()), true, nil
 	}
 	return nil, true, fmt.Errorf("%w: %s", errNoAttr, name)
+}
+
+// tombstones is the text of XattrTombstones: "N; the first goes at T;
+// removed by …" ("" without a Guard).
+func (fsys *filesystem) tombstones() string {
+	if fsys.guard == nil {
+		return ""
+	}
+	ts := fsys.guard.Tombstones()
+	next := "none due"
+	if !ts.NextRemoval.IsZero() {
+		next = "the first goes at " + ts.NextRemoval.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("%d; %s; removed by %s", ts.Known, next, ts.Removal)
 }
 
 // controlSet handles setxattr on a control attribute. Binding failures are

@@ -25,6 +25,7 @@ import (
 type Guard interface {
 	Bind(ctx context.Context, token uint64) (uint64, error)
 	Status() fencing.Status
+	Tombstones() fencing.TombstoneStatus
 	Admit(op string) (fencing.Status, error)
 	PrepareBase(key string, base fencing.Version)
 	Reserve(ctx context.Context, intents ...fencing.Intent) (release func())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // S3 multipart limits, and fencefs's defaults for splitting uploads.
@@ -216,6 +217,44 @@ func ValidateMeta(meta map[string]string) error {
 	}
 	if total > MaxMetaSize {
 		return fmt.Errorf("%w: metadata is %d bytes, at most %d", ErrInvalid, total, MaxMetaSize)
+	}
+	return nil
+}
+
+// ValidateWrite checks a write of key with opts before anything is sent:
+// the key, the condition, the metadata and the tags.
+func ValidateWrite(key string, opts PutOptions) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if err := ValidateCond(opts.Cond); err != nil {
+		return err
+	}
+	if err := ValidateMeta(opts.Meta); err != nil {
+		return err
+	}
+	return ValidateTags(opts.Tags)
+}
+
+// ValidateTags checks that tags are S3 object tags: at most 10, keys of 1 to
+// 128 and values of at most 256 characters, of letters, digits, spaces and
+// + - = . _ : / @. Errors wrap ErrInvalid.
+func ValidateTags(tags map[string]string) error {
+	if len(tags) > 10 {
+		return fmt.Errorf("%w: %d object tags, at most 10", ErrInvalid, len(tags))
+	}
+	ok := func(s string) bool {
+		for _, c := range s {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(" +-=._:/@", c)) {
+				return false
+			}
+		}
+		return true
+	}
+	for k, v := range tags {
+		if k == "" || len(k) > 128 || len(v) > 256 || !ok(k) || !ok(v) {
+			return fmt.Errorf("%w: object tag %q=%q", ErrInvalid, k, v)
+		}
 	}
 	return nil
 }

@@ -100,6 +100,10 @@ type PutOptions struct {
 	// Meta is the user metadata to store (keys lower-case, without the
 	// "x-amz-meta-" prefix). On Copy, nil means "keep the source's metadata".
 	Meta map[string]string
+	// Tags are object tags to store with the object (ValidateTags); a
+	// lifecycle rule can select objects by them (TagExpiry). Never taken
+	// from a source: a Copy without Tags stores none.
+	Tags map[string]string
 	// ContentType of the object; empty means application/octet-stream.
 	ContentType string
 	// Shape and Parts select the upload shape; see Shape.

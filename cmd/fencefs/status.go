@@ -21,9 +21,11 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the fencing state of a mount",
 		Long: `Show the fencing state of the fencefs mount at MOUNTPOINT, read from its
 root extended attributes user.fencefs.{state,token,epoch,holder,epoch_holder,
-reason,dirty_files,staging_bytes}: dirty_files counts files whose changes are not
-stored yet (what an unmount now must commit). Exits 1 if MOUNTPOINT is not a
-fencefs mount.`,
+reason,dirty_files,staging_bytes,tombstones}: dirty_files counts files whose
+changes are not stored yet (what an unmount now must commit); tombstones
+counts the deleted keys the mount knows other S3 clients still list, when the
+first goes and how they are removed. Exits 1 if MOUNTPOINT is not a fencefs
+mount.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mp, err := filepath.Abs(args[0])

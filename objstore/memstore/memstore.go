@@ -317,13 +317,7 @@ func (s *Store) check(op Op, key string, o *object, cond objstore.Condition) err
 }
 
 func (s *Store) validateWrite(key string, opts objstore.PutOptions) error {
-	if err := objstore.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := objstore.ValidateCond(opts.Cond); err != nil {
-		return err
-	}
-	return objstore.ValidateMeta(opts.Meta)
+	return objstore.ValidateWrite(key, opts)
 }
 
 // Put implements objstore.Store.

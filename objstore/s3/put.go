@@ -53,13 +53,7 @@ func (s *Store) written(key string, size int64, etag string, meta map[string]str
 }
 
 func validateWrite(key string, opts objstore.PutOptions) error {
-	if err := objstore.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := objstore.ValidateCond(opts.Cond); err != nil {
-		return err
-	}
-	return objstore.ValidateMeta(opts.Meta)
+	return objstore.ValidateWrite(key, opts)
 }
 
 // putOptions builds minio-go's options: metadata, content type, condition.
@@ -170,6 +164,7 @@ func (s *Store) putPlain(ctx context.Context, key string, body io.ReaderAt, size
 		return "", s.classify(err, "hash", key)
 	}
 	po := putOptions(opts.Meta, opts.ContentType, opts.Cond)
+	po.UserTags = opts.Tags
 	var etag string
 	err = s.call(ctx, "put", true, func(ctx context.Context) error {
 		if err := pl.rewind(); err != nil {
@@ -223,6 +218,7 @@ type partFunc func(ctx context.Context, uploadID string, part int, off, n int64)
 // carrying opts.Cond. Any failure aborts the upload.
 func (s *Store) putMultipart(ctx context.Context, key string, layout []int64, opts objstore.PutOptions, part partFunc) (string, error) {
 	po := putOptions(opts.Meta, opts.ContentType, objstore.Condition{})
+	po.UserTags = opts.Tags
 	var uploadID string
 	err := s.call(ctx, "create_multipart", true, func(ctx context.Context) error {
 		var err error

@@ -18,6 +18,7 @@ func (s *Store) CreateUpload(ctx context.Context, key string, opts objstore.PutO
 		return "", err
 	}
 	po := putOptions(opts.Meta, opts.ContentType, objstore.Condition{})
+	po.UserTags = opts.Tags
 	var uploadID string
 	err := s.call(ctx, "create_multipart", true, func(ctx context.Context) error {
 		var err error
