@@ -76,6 +76,15 @@ type GCOptions struct {
 	// SignedRequestValidity as in Config (0 means the default): tombstones
 	// younger than this, or with a record entry younger than this, are kept.
 	SignedRequestValidity time.Duration
+	// DeleteIgnoresIfMatch says the store deletes whatever a DELETE's
+	// If-Match names (the probe's conditional-delete check failed): then
+	// tombstones are kept (counted in GCResult.TombstonesKept), because a
+	// DELETE of one could remove a file a mount creates at its name at
+	// the same moment, unless UnconditionalTombstones.
+	DeleteIgnoresIfMatch bool
+	// UnconditionalTombstones deletes tombstones on such a store anyway,
+	// after a HEAD: for when no mount writes the bucket.
+	UnconditionalTombstones bool
 	// DryRun reports what would be removed and removes nothing.
 	DryRun bool
 	// Report, if set, is called for each item removed (or that would be).
@@ -98,6 +107,9 @@ type GCItem struct {
 type GCResult struct {
 	Intents, Tombstones, Uploads int
 	Failed                       int
+	// TombstonesKept counts the tombstones old enough to go that were kept
+	// because the store's DELETE ignores If-Match (GCOptions).
+	TombstonesKept int
 }
 
 // GC removes protocol garbage (`fencefs gc`). The leading mount removes
@@ -111,9 +123,11 @@ type GCResult struct {
 //     being swept now, or of a sweep that never completed, are kept.
 //   - tombstones older than TombstonesBefore whose ETag-ABA record has
 //     expired, by a DELETE conditioned on the tombstone's ETag. On a backend
-//     that ignores conditions on DELETE (see the probe), a create over the
-//     tombstone landing between gc's HEAD and its DELETE would be deleted
-//     with it: run gc when no mount writes, or not at all, there.
+//     that ignores conditions on DELETE (DeleteIgnoresIfMatch) a create over
+//     the tombstone landing between gc's HEAD and its DELETE would be
+//     deleted with it, so there they are kept and counted, unless
+//     UnconditionalTombstones (only while no mount writes); the bucket
+//     lifecycle rule the mounts install removes them exactly instead.
 //   - incomplete multipart uploads initiated before UploadsBefore.
 //
 // It never touches the register or the reservations. It returns the
@@ -227,6 +241,10 @@ func (c *collector) tombstones(ctx context.Context) error {
 			return nil
 		}
 		if len(parseRecord(info.Meta[MetaSwept]).young(now, opts.SignedRequestValidity)) > 0 {
+			return nil
+		}
+		if opts.DeleteIgnoresIfMatch && !opts.UnconditionalTombstones {
+			c.res.TombstonesKept++
 			return nil
 		}
 		st := stampOf(info.Meta)

@@ -10,14 +10,15 @@ import (
 
 	"github.com/fencefs/fencefs/config"
 	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
 
 // gcFlags are the flags of `fencefs gc` beyond the configuration.
 type gcFlags struct {
-	dryRun, verbose         bool
-	uploadAge, tombstoneAge time.Duration
+	dryRun, verbose, unconditional bool
+	uploadAge, tombstoneAge        time.Duration
 }
 
 func newGCCmd() *cobra.Command {
@@ -32,9 +33,12 @@ func newGCCmd() *cobra.Command {
   - tombstones under PREFIX older than --tombstone-age and than
     fence.signed_request_validity (so that no request an old writer signed
     can still use them), each by a DELETE conditioned on its ETag. On a
-    backend whose DELETE ignores If-Match (see fencefs probe) a file created
-    over the tombstone at the same moment could be deleted with it: run gc
-    there only while no mount writes;
+    backend whose DELETE ignores If-Match (MinIO; gc runs the probe to
+    know) a file created over the tombstone at the same moment could be
+    deleted with it, so gc keeps them there and says how many: the bucket
+    lifecycle rule the mounts install removes them exactly
+    (fencefs status shows it); --unconditional-tombstones deletes them
+    anyway, only for while no mount writes;
   - incomplete multipart uploads older than --upload-age.
 
 The register and the epoch reservations are never touched. With --dry-run
@@ -53,6 +57,7 @@ nothing is removed. Progress is shown on a terminal; -v lists every item.`,
 	cmd.Flags().BoolVarP(&f.verbose, "verbose", "v", false, "list every item")
 	cmd.Flags().DurationVar(&f.uploadAge, "upload-age", 24*time.Hour, "abort incomplete multipart uploads older than this")
 	cmd.Flags().DurationVar(&f.tombstoneAge, "tombstone-age", 0, "keep tombstones younger than this (in addition to the signed-request window)")
+	cmd.Flags().BoolVar(&f.unconditional, "unconditional-tombstones", false, "where DELETE ignores If-Match, delete old tombstones anyway (only while no mount writes)")
 	return cmd
 }
 
@@ -63,14 +68,20 @@ func runGC(ctx context.Context, env *adminEnv, out io.Writer, f gcFlags) error {
 	now := time.Now()
 	domain := env.cfg.DomainKeyPrefix()
 	opts := fencing.GCOptions{
-		Domain:                domain,
-		Prefix:                strings.TrimPrefix(env.cfg.S3.Prefix, domain),
-		TombstonesBefore:      now.Add(-f.tombstoneAge),
-		UploadsBefore:         now.Add(-f.uploadAge),
-		SignedRequestValidity: env.cfg.Fence.SignedRequestValidity,
-		DryRun:                f.dryRun,
-		Report:                gcReporter(env, out, p, f),
+		Domain:                  domain,
+		Prefix:                  strings.TrimPrefix(env.cfg.S3.Prefix, domain),
+		TombstonesBefore:        now.Add(-f.tombstoneAge),
+		UploadsBefore:           now.Add(-f.uploadAge),
+		SignedRequestValidity:   env.cfg.Fence.SignedRequestValidity,
+		DryRun:                  f.dryRun,
+		Report:                  gcReporter(env, out, p, f),
+		UnconditionalTombstones: f.unconditional,
 	}
+	caps := objstore.Probe(ctx, env.store, fencing.ProbeDir(env.cfg.S3.Prefix))
+	if caps.Err != nil {
+		return explainStoreErr(env.cfg, caps.Err)
+	}
+	opts.DeleteIgnoresIfMatch = fencing.TombstoneDeletes(caps)
 	res, err := fencing.GC(ctx, env.store, opts)
 	p.clear()
 	verb := "removed"
@@ -78,6 +89,11 @@ func runGC(ctx context.Context, env *adminEnv, out io.Writer, f gcFlags) error {
 		verb = "would remove"
 	}
 	fmt.Fprintf(out, "%s %d intents, %d tombstones, %d incomplete uploads; %d failed\n", verb, res.Intents, res.Tombstones, res.Uploads, res.Failed)
+	if res.TombstonesKept > 0 {
+		fmt.Fprintf(out, "kept %d old tombstones: DELETE ignores If-Match on %s, so deleting one could delete a file a mount creates at its name at that moment; "+
+			"tombstones tagged fencefs-tombstone=1 go by the bucket lifecycle rule the mounts install (see fencefs status); "+
+			"--unconditional-tombstones deletes them, only while no mount writes\n", res.TombstonesKept, env.cfg.EndpointURL())
+	}
 	if err != nil {
 		return explainStoreErr(env.cfg, err)
 	}

@@ -136,6 +136,11 @@ type Options struct {
 	// as MinIO's listings do; without it they carry none, as the Versity
 	// gateway's and AWS S3's.
 	ListMetadata bool
+	// Lifecycle lets EnsureTagExpiry record rules (Rules); without it the
+	// store answers LifecycleErr, or ErrInvalid (no lifecycle rules, as
+	// the Versity gateway). The rules are recorded, never applied.
+	Lifecycle    bool
+	LifecycleErr error
 	// Now is the clock for LastModified; nil means time.Now.
 	Now func() time.Time
 }
@@ -144,6 +149,7 @@ type object struct {
 	data        []byte // never mutated after creation
 	etag        string
 	meta        map[string]string
+	tags        map[string]string
 	contentType string
 	modified    time.Time
 }
@@ -158,6 +164,7 @@ type Store struct {
 	pending map[string]*pendingUpload  // state of CreateUpload's uploads, by id; GUARDED_BY(mu)
 	nextID  int                        // GUARDED_BY(mu)
 	hook    Hook                       // GUARDED_BY(mu)
+	rules   []objstore.TagExpiry       // GUARDED_BY(mu)
 }
 
 var _ objstore.Store = (*Store)(nil)
@@ -358,7 +365,7 @@ func (s *Store) Put(ctx context.Context, key string, body io.ReaderAt, size int6
 		if err := s.check(OpPut, key, s.objects[key], cond); err != nil {
 			return err
 		}
-		o := &object{data: data, etag: etag, meta: maps.Clone(opts.Meta), contentType: ct, modified: s.now()}
+		o := &object{data: data, etag: etag, meta: maps.Clone(opts.Meta), tags: maps.Clone(opts.Tags), contentType: ct, modified: s.now()}
 		s.objects[key] = o
 		ev.Info = o.info(key)
 		return nil
@@ -417,7 +424,7 @@ func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, opts objstor
 		if opts.ContentType != "" {
 			ct = opts.ContentType
 		}
-		o := &object{data: so.data, etag: etag, meta: maps.Clone(meta), contentType: ct, modified: s.now()}
+		o := &object{data: so.data, etag: etag, meta: maps.Clone(meta), tags: maps.Clone(opts.Tags), contentType: ct, modified: s.now()}
 		s.objects[dst] = o
 		ev.Info = o.info(dst)
 		return nil
@@ -568,4 +575,47 @@ func (s *Store) AbortUpload(ctx context.Context, key, uploadID string) error {
 	}
 	s.mu.Unlock()
 	return s.after(ctx, ev)
+}
+
+var _ objstore.Expirer = (*Store)(nil)
+
+// EnsureTagExpiry implements objstore.Expirer: with Options.Lifecycle it
+// records r (replacing a rule of the same ID that waits fewer days), else
+// it fails with Options.LifecycleErr or ErrInvalid.
+func (s *Store) EnsureTagExpiry(ctx context.Context, r objstore.TagExpiry) error {
+	if !s.opts.Lifecycle {
+		if s.opts.LifecycleErr != nil {
+			return s.opts.LifecycleErr
+		}
+		return fmt.Errorf("lifecycle rule %s: %w (the store has no lifecycle rules)", r.ID, objstore.ErrInvalid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, old := range s.rules {
+		if old.ID == r.ID {
+			if old.Days < r.Days || old.Key != r.Key || old.Value != r.Value || old.Prefix != r.Prefix {
+				s.rules[i] = r
+			}
+			return nil
+		}
+	}
+	s.rules = append(s.rules, r)
+	return nil
+}
+
+// Rules returns the lifecycle rules EnsureTagExpiry recorded.
+func (s *Store) Rules() []objstore.TagExpiry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]objstore.TagExpiry(nil), s.rules...)
+}
+
+// Tags returns the object tags stored with key (nil when absent or none).
+func (s *Store) Tags(key string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o := s.objects[key]; o != nil {
+		return maps.Clone(o.tags)
+	}
+	return nil
 }

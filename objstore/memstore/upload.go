@@ -16,6 +16,7 @@ import (
 // pendingUpload is the content of an upload started with CreateUpload.
 type pendingUpload struct {
 	meta        map[string]string
+	tags        map[string]string
 	contentType string
 	parts       map[int][]byte // by part number
 }
@@ -41,7 +42,7 @@ func (s *Store) CreateUpload(ctx context.Context, key string, opts objstore.PutO
 		s.nextID++
 		id = "upload-" + strconv.Itoa(s.nextID)
 		s.uploads[id] = objstore.Upload{Key: key, UploadID: id, Initiated: s.now()}
-		s.pending[id] = &pendingUpload{meta: maps.Clone(opts.Meta), contentType: ct, parts: map[int][]byte{}}
+		s.pending[id] = &pendingUpload{meta: maps.Clone(opts.Meta), tags: maps.Clone(opts.Tags), contentType: ct, parts: map[int][]byte{}}
 		return nil
 	}()
 	if err := s.after(ctx, ev); err != nil {
@@ -132,7 +133,7 @@ func (s *Store) CompleteUpload(ctx context.Context, key, uploadID string, parts 
 		if err := s.check(OpCompleteUpload, key, s.objects[key], cond); err != nil {
 			return err
 		}
-		o := &object{data: data, etag: etag, meta: u.meta, contentType: u.contentType, modified: s.now()}
+		o := &object{data: data, etag: etag, meta: u.meta, tags: u.tags, contentType: u.contentType, modified: s.now()}
 		s.objects[key] = o
 		delete(s.pending, uploadID)
 		delete(s.uploads, uploadID)

@@ -149,6 +149,9 @@ var codeSentinels = map[string]error{
 	"ExistingObjectIsDirectory": objstore.ErrInvalid, "ObjectParentIsFile": objstore.ErrInvalid,
 	"DirectoryObjectContainsData": objstore.ErrInvalid, "ErrDirectoryNotEmpty": objstore.ErrInvalid,
 	"InvalidRange": objstore.ErrInvalid,
+	// A feature the store does not have (the Versity gateway's bucket
+	// lifecycle): a refusal, not an outage to retry.
+	"NotImplemented": objstore.ErrInvalid,
 }
 
 // uncertainCodes are the codes of failures after which the request may have
