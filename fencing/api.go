@@ -65,9 +65,10 @@ type Config struct {
 	TombstoneDeletes bool
 	// ReapTombstones says when the active Guard removes the tombstones it
 	// knows of, once they are SignedRequestValidity old: ReapAuto ("", the
-	// default: only by a DELETE conditioned on the tombstone's ETag, i.e.
-	// not with TombstoneDeletes), ReapAlways or ReapOff. See "Tombstones"
-	// in the package documentation.
+	// default: by a DELETE conditioned on the tombstone's ETag, or, with
+	// TombstoneDeletes, by a bucket lifecycle rule the store applies when
+	// the store takes one: objstore.Expirer), ReapAlways or ReapOff. See
+	// "Tombstones" in the package documentation.
 	ReapTombstones Reap
 	// Logger receives the package's log records; nil means none.
 	Logger *slog.Logger

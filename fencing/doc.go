@@ -185,8 +185,14 @@
 // empty, so the tombstones of a mount that is killed are removed by the
 // next one. Where DELETE honours If-Match (ReapAuto, the default) each goes
 // by a DELETE conditioned on its ETag: exact, a newer write of the key is
-// never deleted. Where it does not (TombstoneDeletes), ReapAuto leaves them
-// to gc; ReapAlways removes them after a validation of the epoch with a
+// never deleted. Where it does not (TombstoneDeletes), ReapAuto has the
+// store remove them: a bucket lifecycle rule installed before the first
+// tombstone expires objects tagged fencefs-tombstone=1, which only
+// tombstones carry, and the store checks the current version under the
+// object's lock before it expires one, so that too is exact (tombstone.go;
+// the tombstones go one to two days after they were written; without the
+// permission to install the rule they wait for gc). ReapAlways removes them
+// after a validation of the epoch with a
 // HEAD (still this tombstone?) and an unconditional DELETE, while this
 // Guard's own mutations of the key wait. That leaves a window: a write of
 // the key landing between the HEAD and the DELETE is deleted with the
