@@ -74,7 +74,7 @@ func bash(t *testing.T, dir, script string) {
 func TestTombstonesLeaveAPlainListingOnMinIO(t *testing.T) {
 	gw := gateway.ForKind(t, gateway.MinIO)
 	bucket := gateway.NewBucket(t, gw)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
 	bash(t, a.Dir, `for i in $(seq 1 20); do echo "v$i" > doc.txt.tmp && mv doc.txt.tmp doc.txt; done
@@ -185,7 +185,7 @@ rm -rf tree`)
 	wg.Wait()
 
 	want := mountFiles(t, b.Dir)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		var got []string
 		for _, k := range liveKeys(ctx, t, gw, bucket) {
 			if fi, err := os.Stat(b.Path(k)); strings.HasSuffix(k, "/") && err == nil && fi.IsDir() {
