@@ -80,14 +80,25 @@ type streamUpload struct {
 	// still to come. GUARDED_BY(mu)
 	filled   int64
 	spans    [][2]int64
-	parts    []objstore.Part // GUARDED_BY(mu): by part number - 1
-	state    []partState     // GUARDED_BY(mu): by part number - 1
+	parts    []objstore.Part // GUARDED_BY(mu): the uploaded parts, by part number - 1
+	slots    []partSlot      // GUARDED_BY(mu): where each part's bytes are, by part number - 1
+	sending  int             // GUARDED_BY(mu): parts in flight
+	relFrom  int             // GUARDED_BY(mu): slots below it are released (or the first, held)
+	holeLo   int64           // GUARDED_BY(mu): [holeLo, holeHi) holds every released part
+	holeHi   int64           // GUARDED_BY(mu)
 	failed   error           // GUARDED_BY(mu): first part failure
 	dropped  bool            // GUARDED_BY(mu)
 	sealed   bool            // GUARDED_BY(mu): finish sent the tail: the content is final
 	released int64           // GUARDED_BY(mu): bytes punched out of the staging file
 	wake     chan struct{}   // GUARDED_BY(mu): closed (and replaced) when a part finishes
 	inflight sync.WaitGroup  // part uploads
+}
+
+// partSlot is one part of the staged content: [off, off+n), and where its
+// bytes are.
+type partSlot struct {
+	off, n int64
+	state  partState
 }
 
 // partState is where one part's bytes are.
@@ -118,7 +129,7 @@ func newStreamUpload(fsys *filesystem, key string, stage *os.File, base fencing.
 		fsys: fsys, key: key, stage: stage,
 		partSize: objstore.SizingOf(fsys.store).PartSize,
 		ctx:      ctx, cancel: cancel, started: make(chan struct{}),
-		meta: meta, wake: make(chan struct{}),
+		meta: meta, wake: make(chan struct{}), relFrom: 1,
 	}
 	go func() {
 		defer close(u.started)
@@ -159,22 +170,26 @@ func (u *streamUpload) wrote(off, end int64) {
 }
 
 // advance is called after the staged content grew to size: it dispatches
-// every full part below what was written without a gap, then releases uploaded parts while the
-// staging file holds more than limit bytes, waiting for uploads in flight
-// when none can be released yet (a writer faster than the uploads). It
-// returns the bytes it released; err is the stream's failure (a part that
-// could not be uploaded), which the caller handles (dropped when nothing
-// was released, else the file cannot be stored). limit 0 releases all it
-// can. LOCKS_REQUIRED(node cmu, write)
+// every full part below what was written without a gap, then releases
+// uploaded parts while the staging file holds more than limit bytes,
+// waiting for uploads in flight when none can be released yet (a writer
+// faster than the uploads). It returns the bytes it released; err is the
+// stream's failure (a part that could not be uploaded), which the caller
+// handles (dropped when nothing was released, else the file cannot be
+// stored). limit 0 releases all it can. LOCKS_REQUIRED(node cmu, write)
 func (u *streamUpload) advance(ctx context.Context, size, limit int64) (freed int64, err error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for !u.dropped && !u.sealed && u.failed == nil && u.filled-u.next >= u.partSize && len(u.parts) < objstore.MaxParts-1 {
-		if len(u.parts) == 0 {
-			u.parts, u.state, u.next = append(u.parts, objstore.Part{}), append(u.state, partHeld), u.partSize
+	for !u.dropped && !u.sealed && u.failed == nil && len(u.slots) < objstore.MaxParts-1 {
+		n := u.sizeOf(len(u.slots) + 1)
+		if u.filled-u.next < n {
+			break
+		}
+		if len(u.slots) == 0 {
+			u.parts, u.slots, u.next = append(u.parts, objstore.Part{}), append(u.slots, partSlot{0, n, partHeld}), n
 			continue
 		}
-		u.dispatchLocked(u.next, u.partSize)
+		u.dispatchLocked(u.next, n)
 	}
 	for {
 		if u.failed != nil {
@@ -183,15 +198,19 @@ func (u *streamUpload) advance(ctx context.Context, size, limit int64) (freed in
 		if u.dropped || u.fsys.noPunch.Load() {
 			return freed, nil
 		}
-		for i := 1; i < len(u.state) && size-u.released > limit; i++ {
-			if u.state[i] == partSent {
-				if err := u.releaseLocked(i); err != nil {
-					return freed, nil // kept whole: logged once
-				}
-				freed += u.partSize
+		for i := u.relFrom; i < len(u.slots) && size-u.released > limit; i++ {
+			if u.slots[i].state != partSent {
+				continue
 			}
+			if err := u.releaseLocked(i); err != nil {
+				return freed, nil // kept whole: logged once
+			}
+			freed += u.slots[i].n
 		}
-		if size-u.released <= limit || !u.sendingLocked() {
+		for u.relFrom < len(u.slots) && u.slots[u.relFrom].state == partReleased {
+			u.relFrom++
+		}
+		if size-u.released <= limit || u.sending == 0 {
 			return freed, nil
 		}
 		wake := u.wake
@@ -206,21 +225,24 @@ func (u *streamUpload) advance(ctx context.Context, size, limit int64) (freed in
 	}
 }
 
-// sendingLocked reports whether a part is in flight. LOCKS_REQUIRED(u.mu)
-func (u *streamUpload) sendingLocked() bool {
-	for _, s := range u.state {
-		if s == partSending {
-			return true
-		}
+// sizeOf is the size of part number: the store's part size, doubled every
+// 1000 parts while it stays within a quarter of the staging bound, so that
+// S3's 10,000 parts hold a file of any size the bound lets through (with
+// 8 MiB parts and 256 MiB of staging, over 500 GB) and the staging file
+// still holds several parts. LOCKS_REQUIRED(u.mu)
+func (u *streamUpload) sizeOf(number int) int64 {
+	n := u.partSize
+	for k := (number - 1) / 1000; k > 0 && 2*n <= u.fsys.opts.StreamStaging/4 && 2*n <= objstore.MaxPartSize; k-- {
+		n *= 2
 	}
-	return false
+	return n
 }
 
-// releaseLocked punches part i+1's bytes out of the staging file.
+// releaseLocked punches slot i's bytes out of the staging file.
 // LOCKS_REQUIRED(u.mu)
 func (u *streamUpload) releaseLocked(i int) error {
-	off := int64(i) * u.partSize
-	err := unix.Fallocate(int(u.stage.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, u.partSize)
+	sl := &u.slots[i]
+	err := unix.Fallocate(int(u.stage.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, sl.off, sl.n)
 	if err != nil {
 		if u.fsys.noPunch.CompareAndSwap(false, true) {
 			u.fsys.log.Warn("the cache directory cannot punch holes: files written sequentially keep their whole content in it until close",
@@ -228,8 +250,12 @@ func (u *streamUpload) releaseLocked(i int) error {
 		}
 		return err
 	}
-	u.state[i] = partReleased
-	u.released += u.partSize
+	sl.state = partReleased
+	u.released += sl.n
+	if u.holeHi == 0 || sl.off < u.holeLo {
+		u.holeLo = sl.off
+	}
+	u.holeHi = max(u.holeHi, sl.off+sl.n)
 	return nil
 }
 
@@ -238,16 +264,7 @@ func (u *streamUpload) releaseLocked(i int) error {
 func (u *streamUpload) hull() (lo, hi int64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for i, s := range u.state {
-		if s != partReleased {
-			continue
-		}
-		if hi == 0 {
-			lo = int64(i) * u.partSize
-		}
-		hi = int64(i+1) * u.partSize
-	}
-	return lo, hi
+	return u.holeLo, u.holeHi
 }
 
 // below reports whether truncating the staged content to size would cut
@@ -267,7 +284,7 @@ func (u *streamUpload) touches(off, end int64) bool {
 	if u.sealed {
 		return true
 	}
-	if len(u.state) > 0 && u.state[0] == partHeld && end <= u.partSize {
+	if len(u.slots) > 0 && u.slots[0].state == partHeld && end <= u.slots[0].n {
 		return false
 	}
 	return off < u.next
@@ -276,8 +293,9 @@ func (u *streamUpload) touches(off, end int64) bool {
 // dispatchLocked sends [off, off+n) as the next part. LOCKS_REQUIRED(u.mu)
 func (u *streamUpload) dispatchLocked(off, n int64) {
 	u.parts = append(u.parts, objstore.Part{})
-	u.state = append(u.state, partSending)
+	u.slots = append(u.slots, partSlot{off, n, partSending})
 	u.next = max(u.next, off+n)
+	u.sending++
 	u.send(len(u.parts), off, n)
 }
 
@@ -289,6 +307,7 @@ func (u *streamUpload) send(number int, off, n int64) {
 		err := u.upload(number, off, n)
 		u.mu.Lock()
 		defer u.mu.Unlock()
+		u.sending--
 		if err != nil && u.failed == nil {
 			u.failed = err
 		}
@@ -317,7 +336,7 @@ func (u *streamUpload) upload(number int, off, n int64) error {
 	}
 	u.mu.Lock()
 	u.parts[number-1] = p
-	u.state[number-1] = partSent
+	u.slots[number-1].state = partSent
 	u.mu.Unlock()
 	return nil
 }
@@ -347,9 +366,10 @@ func (u *streamUpload) finish(ctx context.Context, size int64) ([]objstore.Part,
 		u.dispatchLocked(u.next, size-u.next)
 	}
 	u.sealed = true
-	if len(u.state) > 0 && u.state[0] == partHeld {
-		u.state[0] = partSending
-		u.send(1, 0, u.partSize)
+	if len(u.slots) > 0 && u.slots[0].state == partHeld {
+		u.slots[0].state = partSending
+		u.sending++
+		u.send(1, 0, u.slots[0].n)
 	}
 	u.mu.Unlock()
 	done := make(chan struct{})

@@ -34,3 +34,41 @@ func TestStreamDispatchesOnlyBelowWhatWasWrittenWithoutAGap(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamPartsGrowSoThatAnyFileFitsInTenThousandParts checks the part
+// sizes of a stream: the store's part size for the first 1000 parts, then
+// doubling every 1000 parts up to a quarter of the staging bound, so that
+// 10,000 parts hold a file far larger than 10,000 parts of the base size.
+func TestStreamPartsGrowSoThatAnyFileFitsInTenThousandParts(t *testing.T) {
+	tests := []struct {
+		name      string
+		staging   int64
+		number    int
+		want      int64
+		wantTotal int64 // the size 9,999 parts hold (0: not checked)
+	}{
+		{"the first part", 256 << 20, 1, 8 << 20, 0},
+		{"part 1000", 256 << 20, 1000, 8 << 20, 0},
+		{"part 1001 doubles", 256 << 20, 1001, 16 << 20, 0},
+		{"capped at a quarter of the bound", 256 << 20, 9999, 64 << 20, 500e9},
+		{"a small bound keeps the base size", 16 << 20, 9999, 8 << 20, 0},
+		{"no bound doubles while parts stay within 5 GiB", 1 << 62, 9999, 4 << 30, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := &streamUpload{partSize: 8 << 20, fsys: &filesystem{opts: Options{StreamStaging: tt.staging}}}
+			if got := u.sizeOf(tt.number); got != tt.want {
+				t.Fatalf("part %d: %d bytes, want %d", tt.number, got, tt.want)
+			}
+			if tt.wantTotal > 0 {
+				var total int64
+				for n := 1; n < 10000; n++ {
+					total += u.sizeOf(n)
+				}
+				if total < tt.wantTotal {
+					t.Fatalf("9,999 parts hold %d bytes, want at least %d", total, tt.wantTotal)
+				}
+			}
+		})
+	}
+}
