@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,6 +100,82 @@ func TestACommitThatLandedUnseenIsRecognisedByItsWriteID(t *testing.T) {
 					t.Fatalf("no log line recognises the landed commit:\n%s", log)
 				}
 			})
+		}
+	})
+}
+
+// TestAStreamedCommitThatLandedUnseenIsRecognisedByItsWriteID is the same
+// for a file streamed past its staging bound (its early parts are no longer
+// on local disk, so it could not be uploaded again): the Complete's response
+// is lost (a failpoint holds the commit until the responses are dropped),
+// close fails with EIO, and the next commit recognises the landed Complete
+// by its write id: success, the object whole, no upload left behind.
+func TestAStreamedCommitThatLandedUnseenIsRecognisedByItsWriteID(t *testing.T) {
+	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
+		bucket := gateway.NewBucket(t, gw)
+		proxy := harness.NewProxy(t, gw.Addr)
+		pause := filepath.Join(t.TempDir(), "pause")
+		fs := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
+			Env: []string{"FENCEFS_FAILPOINTS=after-validate@big=pause-file:" + pause}},
+			"--endpoint", proxy.Endpoint(), "--token", "1", "--stream-staging-mib", "16",
+			"--s3-timeout", "1s", "--s3-retry-deadline", "3s")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		w, err := os.OpenFile(fs.Path("big"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		want, err := writeStream(w, 5, 48<<20+777, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := os.Open(fs.Path("big"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer second.Close()
+		if err := os.WriteFile(pause, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- w.Close() }()
+		waitPaused(t, pause, closed)
+		proxy.LoseResponses(t)
+		if err := os.Remove(pause); err != nil {
+			t.Fatal(err)
+		}
+		err = <-closed
+		proxy.KeepResponses(t)
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("close while the Complete's response is lost: %v; want EIO", err)
+		}
+		if got, n := objectSum(ctx, t, gw, bucket, "big"); n != 48<<20+777 || !bytes.Equal(got, want) {
+			t.Fatalf("the bucket holds %d bytes: the Complete did not land, this test proves nothing", n)
+		}
+		var closeErr error
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if closeErr = second.Close(); !errors.Is(closeErr, syscall.EIO) || time.Now().After(deadline) {
+				break
+			}
+			if second, err = os.Open(fs.Path("big")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if closeErr != nil {
+			t.Fatalf("the next close after the link healed: %v; want success (the Complete landed)", closeErr)
+		}
+		if got, n := objectSum(ctx, t, gw, bucket, "big"); n != 48<<20+777 || !bytes.Equal(got, want) {
+			t.Fatalf("the bucket holds %d bytes, not the file written", n)
+		}
+		log := fs.Log()
+		for _, bad := range []string{"created concurrently", "they are lost"} {
+			if strings.Contains(log, bad) {
+				t.Fatalf("the mount's log says %q about its own landed commit", bad)
+			}
+		}
+		if left := uploadIDs(ctx, t, gw, bucket, "big"); len(left) != 0 {
+			t.Fatalf("uploads left behind: %v", left)
 		}
 	})
 }
