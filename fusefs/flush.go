@@ -48,6 +48,13 @@ func mountID(dir string) int {
 // of this mount (the one being closed is already out of its table).
 func (fsys *filesystem) stillOpenIn(pid uint32, ino uint64) bool {
 	mnt := fsys.mntID.Load()
+	if mnt == 0 && fsys.mountDir != "" {
+		// The kernel mount serves requests as soon as it exists, before
+		// Mount stores its id: a shell or dd started at once must not
+		// have its dup2 close commit an emptied file.
+		mnt = int64(mountID(fsys.mountDir))
+		fsys.mntID.CompareAndSwap(0, mnt)
+	}
 	if pid == 0 || mnt == 0 {
 		return false
 	}

@@ -63,6 +63,10 @@ type filesystem struct {
 	leadingSince atomic.Int64
 	// mntID is the kernel's id of the mount (flush.go); 0 if unknown.
 	mntID atomic.Int64
+	// mountDir is the mountpoint, set by Mount before the kernel mount
+	// serves: where flush.go looks mntID up when a FLUSH arrives before
+	// Mount stored it.
+	mountDir string
 
 	// attrwb stores deferred attribute changes; nil when
 	// Options.AttrWriteback is 0 (each is stored at once).

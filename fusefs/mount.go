@@ -49,6 +49,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 		return nil, fmt.Errorf("fusefs: staging directory: %w", err)
 	}
 	fsys := newFilesystem(opts, stageDir)
+	fsys.mountDir = mountpoint
 	if err := fsys.metrics.register(opts.Registerer); err != nil {
 		os.RemoveAll(stageDir)
 		return nil, fmt.Errorf("fusefs: register metrics: %w", err)
