@@ -125,7 +125,7 @@ bench: build $(BIN)/versitygw $(BIN)/minio
 	$(GO) run ./bench -bin $(BIN)/fencefs -server minio -workloads lsl,find $(BENCHFLAGS)
 
 ## torture: the many-writers fencing checker, for longer (DURATION=30m)
-torture: build $(BIN)/versitygw
+torture: build $(BIN)/versitygw $(BIN)/minio
 	FENCEFS_TORTURE_DURATION=$(DURATION) $(GO) test -run TestManyWritersTorture -timeout 0 -v ./integration/
 
 ## pjdfstest: the POSIX conformance suite (github.com/pjd/pjdfstest, built by you:

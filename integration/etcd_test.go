@@ -60,7 +60,10 @@ func TestRunEtcdContendersRunOneCommandAtATime(t *testing.T) {
 }
 
 func TestRunEtcdFrozenLeaderIsFencedAndStopped(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, testRunEtcdFrozenLeaderIsFencedAndStopped)
+}
+
+func testRunEtcdFrozenLeaderIsFencedAndStopped(t *testing.T, gw *gateway.Gateway) {
 	srv := etcdserver.ForTest(t, etcdserver.Options{})
 	frozenLeaderIsFencedAndStopped(t, gw, etcdCoordinator(context.Background(), t, srv))
 }

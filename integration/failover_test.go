@@ -44,7 +44,10 @@ func readFile(t *testing.T, path string) string {
 // succeed, the thawed leader's closes must not land, and the bucket holds
 // the newest leader's bytes.
 func TestNewLeaderOverwritesAtOnceAfterEveryTakeover(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, testNewLeaderOverwritesAtOnceAfterEveryTakeover)
+}
+
+func testNewLeaderOverwritesAtOnceAfterEveryTakeover(t *testing.T, gw *gateway.Gateway) {
 	bucket := gateway.NewBucket(t, gw)
 	// meta_ttl well above a round's length: the follower's cache is
 	// still trusted when it becomes the leader.
@@ -135,7 +138,10 @@ func TestNewLeaderOverwritesAtOnceAfterEveryTakeover(t *testing.T) {
 // the bucket (and read back on the mount) or fail loudly, never succeed
 // with nothing stored. Each case is one refused operation on one name.
 func TestRefusedWriteNeverBecomesASilentLossAfterLeadingAgain(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, testRefusedWriteNeverBecomesASilentLossAfterLeadingAgain)
+}
+
+func testRefusedWriteNeverBecomesASilentLossAfterLeadingAgain(t *testing.T, gw *gateway.Gateway) {
 	bucket := gateway.NewBucket(t, gw)
 	a := harness.Mount(t, gw, bucket, "--token", "1", "--holder", "A")
 	b := harness.Mount(t, gw, bucket, "--holder", "B")

@@ -39,7 +39,10 @@ func opResult(t *testing.T, limit time.Duration, op func() error) error {
 // cannot verify its epoch) and are not committed; B takes over; after the
 // partition heals, A is fenced (EROFS) and B's data is intact.
 func TestPartitionedLeaderFailsClosedThenIsFenced(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, testPartitionedLeaderFailsClosedThenIsFenced)
+}
+
+func testPartitionedLeaderFailsClosedThenIsFenced(t *testing.T, gw *gateway.Gateway) {
 	bucket := gateway.NewBucket(t, gw)
 	proxy := harness.NewProxy(t, gw.Addr)
 	a := harness.Mount(t, gw, bucket, "--endpoint", proxy.Endpoint(), "--token", "17", "--holder", "A",
@@ -117,7 +120,10 @@ func uploadIDs(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket, k
 // killed upload stays behind, a restarted mount with the same token and
 // holder writes again, and `fencefs gc` aborts the leftover upload.
 func TestKillDuringMultipartUploadLeavesNoPartialObject(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, testKillDuringMultipartUploadLeavesNoPartialObject)
+}
+
+func testKillDuringMultipartUploadLeavesNoPartialObject(t *testing.T, gw *gateway.Gateway) {
 	bucket := gateway.NewBucket(t, gw)
 	pause := filepath.Join(t.TempDir(), "pause")
 	a := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
@@ -177,7 +183,10 @@ func TestKillDuringMultipartUploadLeavesNoPartialObject(t *testing.T) {
 // of its sweep, then binds 19: A's writes never land, and no intent of an
 // older epoch is left.
 func TestKillDuringSweepThenNewerEpochCompletesIt(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, testKillDuringSweepThenNewerEpochCompletesIt)
+}
+
+func testKillDuringSweepThenNewerEpochCompletesIt(t *testing.T, gw *gateway.Gateway) {
 	bucket := gateway.NewBucket(t, gw)
 	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
 	const n = 40

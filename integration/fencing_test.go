@@ -88,7 +88,10 @@ func readObject(t *testing.T, gw *gateway.Gateway, bucket, key string) objectSta
 // (token 17) writes; B binds 18; every mutating operation of A fails with
 // EROFS, B's data stays intact, and A can still read.
 func TestStaleLeaderEveryMutationFailsWithEROFS(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, testStaleLeaderEveryMutationFailsWithEROFS)
+}
+
+func testStaleLeaderEveryMutationFailsWithEROFS(t *testing.T, gw *gateway.Gateway) {
 	bucket := gateway.NewBucket(t, gw)
 	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
 
@@ -170,7 +173,10 @@ func xattr(path, name string) (string, error) {
 // upload; B binds 18 and writes the same files; after SIGCONT, A's close
 // reports failure and no byte of A's is in the bucket.
 func TestFrozenLeaderCannotLandWritesAfterTakeover(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, testFrozenLeaderCannotLandWritesAfterTakeover)
+}
+
+func testFrozenLeaderCannotLandWritesAfterTakeover(t *testing.T, gw *gateway.Gateway) {
 	bucket := gateway.NewBucket(t, gw)
 	// A streams large files with a 16 MiB staging bound: parts of the big
 	// file have left its local disk when it is frozen.

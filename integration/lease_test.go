@@ -449,7 +449,10 @@ func TestRunContendersRunOneCommandAtATime(t *testing.T) {
 }
 
 func TestRunFrozenLeaderIsFencedAndStopped(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, testRunFrozenLeaderIsFencedAndStopped)
+}
+
+func testRunFrozenLeaderIsFencedAndStopped(t *testing.T, gw *gateway.Gateway) {
 	bucket := gateway.NewBucket(t, gw)
 	ma := harness.Mount(t, gw, bucket)
 	mb := harness.Mount(t, gw, bucket)

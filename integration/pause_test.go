@@ -25,16 +25,17 @@ import (
 //   - fast: the documented window — the commit lands if the new epoch has
 //     not touched the key, and is refused (EROFS) if it has.
 func TestWriterPausedInsideCommitPath(t *testing.T) {
-	for _, tc := range []struct {
-		mode   string
-		rounds int
-	}{{"strict", 100}, {"fast", 30}} {
-		t.Run(tc.mode, func(t *testing.T) { pausedCommitRounds(t, tc.mode, tc.rounds) })
-	}
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, func(t *testing.T, gw *gateway.Gateway) {
+		for _, tc := range []struct {
+			mode   string
+			rounds int
+		}{{"strict", 100}, {"fast", 30}} {
+			t.Run(tc.mode, func(t *testing.T) { pausedCommitRounds(t, gw, tc.mode, tc.rounds) })
+		}
+	})
 }
 
-func pausedCommitRounds(t *testing.T, mode string, rounds int) {
-	gw := gateway.ForTest(t)
+func pausedCommitRounds(t *testing.T, gw *gateway.Gateway, mode string, rounds int) {
 	bucket := gateway.NewBucket(t, gw)
 	pause := filepath.Join(t.TempDir(), "pause")
 	noCache := []string{"--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s"}

@@ -132,7 +132,10 @@ func TestFIFOWrittenByS3fsIsAPipeOnTheMount(t *testing.T) {
 // readdir reports (what find -type uses without a stat) are never wrong —
 // an empty object may be a FIFO, so it is unknown until stat.
 func TestFindSeesEveryEntrysTypeOnAColdMount(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.SingleDriveServers, testFindSeesEveryEntrysTypeOnAColdMount)
+}
+
+func testFindSeesEveryEntrysTypeOnAColdMount(t *testing.T, gw *gateway.Gateway) {
 	e := &fsEnv{gw: gw, bucket: gateway.NewBucket(t, gw)}
 	meta := func(mode int) map[string]string {
 		return map[string]string{"mode": strconv.Itoa(mode), "uid": "0", "gid": "0"}

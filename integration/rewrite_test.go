@@ -54,7 +54,10 @@ func userKeys(t *testing.T, gw *gateway.Gateway, bucket string) []string {
 // object is byte for byte the old content or the complete new content, and
 // no other object appeared.
 func TestKillMidRewriteLeavesTheOldOrTheNewContentWhole(t *testing.T) {
-	gw := gateway.ForTest(t)
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, testKillMidRewriteLeavesTheOldOrTheNewContentWhole)
+}
+
+func testKillMidRewriteLeavesTheOldOrTheNewContentWhole(t *testing.T, gw *gateway.Gateway) {
 	for _, c := range []struct {
 		name   string
 		size   int
@@ -98,7 +101,7 @@ func TestKillMidRewriteLeavesTheOldOrTheNewContentWhole(t *testing.T) {
 				got := readObject(t, gw, bucket, key)
 				which, ok := whole[sha256.Sum256(got.body)]
 				if !got.exists || !ok {
-					t.Fatalf("killed %v into the rewrite: the object is %d bytes (exists %v), neither the old nor the new content", d, len(got.body), got.exists)
+					t.Fatalf("killed %v into the rewrite: the object is %d bytes (exists %v), neither the old nor the new content; mount log:\n%s", d, len(got.body), got.exists, fs.Log())
 				}
 				t.Logf("killed %v into the rewrite (writer %v): %s content", d, werr, which)
 				if keys := userKeys(t, gw, bucket); len(keys) != 1 || keys[0] != key {

@@ -493,8 +493,11 @@ func TestEpochRaiseFencesALiveMount(t *testing.T) {
 	}
 }
 
-func TestProbeReportsStrictPossibleOnGateway(t *testing.T) {
-	gw := gateway.ForTest(t)
+func TestProbeReportsStrictPossibleOnEveryServer(t *testing.T) {
+	gateway.ForEachServer(t, gateway.AllServers, testProbeReportsStrictPossible)
+}
+
+func testProbeReportsStrictPossible(t *testing.T, gw *gateway.Gateway) {
 	bucket := gateway.NewBucket(t, gw)
 	r := runBin(t, gw.Env(), "probe", bucket)
 	if r.code != 0 {
@@ -503,6 +506,17 @@ func TestProbeReportsStrictPossibleOnGateway(t *testing.T) {
 	for _, want := range []string{"if-none-match-create", "if-match-cas", "conditional-complete", "conditional-delete", "parallel-create-one-winner", "strict mode: possible"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("probe output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// MinIO ignores If-Match on DELETE (docs/DESIGN.md §6): the probe
+	// must notice, and deletes become tombstones there.
+	deleteRow, deletes := `(?m)^conditional-delete\s+ok`, `(?m)^deletes:\s+conditional DELETE`
+	if gw.DeleteIgnoresIfMatch() {
+		deleteRow, deletes = `(?m)^conditional-delete\s+FAIL`, `(?m)^deletes:.*tombstones`
+	}
+	for _, want := range []string{deleteRow, deletes} {
+		if !regexpMatch(want, r.stdout) {
+			t.Errorf("%s: probe output does not match %q:\n%s", gw.Kind, want, r.stdout)
 		}
 	}
 	// The probe leaves nothing behind.
@@ -651,6 +665,8 @@ func TestSystemdNotifyReady(t *testing.T) {
 
 func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
 
+// TestGCRemovesSweepTombstonesAndStaleUploads runs on the gateway; on MinIO
+// gc keeps tombstones (TestGCKeepsTombstonesWhereDeleteIgnoresIfMatch).
 func TestGCRemovesSweepTombstonesAndStaleUploads(t *testing.T) {
 	gw := gateway.ForTest(t)
 	bucket := gateway.NewBucket(t, gw)

@@ -39,13 +39,18 @@ const (
 	MinIOErasure Kind = "minio-4drives"
 )
 
-// Server kinds for ForEachServer: AllServers for what must hold on every
-// server and MinIO shape; SingleDriveServers where the erasure-coded shape
-// adds nothing but time (what a test checks does not go through a
-// shard's quorum).
+// Server kinds for ForEachServer. AllServers: every server and MinIO
+// shape (cheap tests: the probe, the store's conformance suite).
+// ErasureCodedServers: the gateway and MinIO's production shape, for the
+// fencing table and the failover tests. SingleDriveServers: the gateway and
+// the smallest MinIO, for what does not depend on how MinIO stores an
+// object (gc, the operation table, real programs, the listing's
+// metadata). Each MinIO subtest adds its server's start (about a second)
+// and the test's own time to `make test`.
 var (
-	AllServers         = []Kind{Versity, MinIO, MinIOErasure}
-	SingleDriveServers = []Kind{Versity, MinIO}
+	AllServers          = []Kind{Versity, MinIO, MinIOErasure}
+	ErasureCodedServers = []Kind{Versity, MinIOErasure}
+	SingleDriveServers  = []Kind{Versity, MinIO}
 )
 
 // DeleteIgnoresIfMatch reports whether the server deletes an object even
