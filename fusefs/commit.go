@@ -15,6 +15,8 @@ import (
 
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // commit writes the node's local changes through the Guard: the staged
@@ -345,4 +347,46 @@ func (n *fileNode) updateMeta(ctx context.Context, mutate func(*posixAttr) error
 	n.keepETag = n.info.ETag
 	n.mu.Unlock()
 	return nil
+}
+
+var _ = (fs.NodeSetattrer)((*fileNode)(nil))
+
+// Setattr handles truncate, chmod, chown and utimens. A size change is
+// staged and committed on close (ftruncate), or at once (truncate(2)). Metadata changes ride along with pending content changes, or
+// are stored at once by a self-copy of the object.
+func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx, cancel := n.fsys.mutctx(ctx)
+	defer cancel()
+	key, _ := n.key()
+	if err := n.setattr(ctx, f, in); err != nil {
+		return n.fsys.errno("setattr", key, err)
+	}
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+func (n *fileNode) setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn) error {
+	if err := n.fsys.checkWritable("setattr"); err != nil {
+		return err
+	}
+	if size, ok := in.GetSize(); ok {
+		if err := n.truncate(ctx, int64(size)); err != nil {
+			return err
+		}
+		if f == nil {
+			// truncate(2) by path: no close will follow, commit now (with
+			// whatever else is staged). The staging file goes when no
+			// handle needs it.
+			err := n.commit(ctx)
+			n.dropStage()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	mutate, ok := setattrMutation(ctx, in)
+	if !ok {
+		return nil
+	}
+	return n.updateAttr(ctx, mutate)
 }
