@@ -67,8 +67,9 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 			MaxWrite:     maxIO,
 			MaxReadAhead: maxIO,
 			// Readdir lists names with one LIST; READDIRPLUS would make
-			// every listing pay a HEAD per entry.
-			DisableReadDirPlus: true,
+			// every listing pay a HEAD per entry, unless the listing
+			// carries each entry's attributes.
+			DisableReadDirPlus: !opts.ListingsCarryMetadata,
 			// Security labels and POSIX ACLs reach getxattr (node.go):
 			// go-fuse's IgnoreSecurityLabels answers ENODATA, which
 			// made ls -l ask every file.

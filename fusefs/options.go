@@ -116,6 +116,12 @@ type Options struct {
 	// PrefetchConcurrency is how many HEADs of listed objects one
 	// directory listing runs at once ahead of their lookups (default 16).
 	PrefetchConcurrency int
+	// ListingsCarryMetadata says the store's listings carry each
+	// object's metadata (the probe's list-metadata row): the mount then
+	// answers READDIRPLUS, handing the kernel every listed entry's
+	// attributes with the listing (listattrs.go), so ls -l's stats need
+	// no round trip. Without it a READDIRPLUS would cost a HEAD per entry.
+	ListingsCarryMetadata bool
 	// HonorInterrupts lets a signal to the calling process cancel its
 	// read-only requests (lookup, read, readdir…), which then fail with
 	// EINTR. Mutations (close, fsync, mkdir, rename…) are never abandoned:

@@ -269,7 +269,7 @@ func (m *mountRun) start(ctx context.Context) error {
 		return err
 	}
 
-	fs, err := mountFS(ctx, cfg, store, guard, m.log, reg)
+	fs, err := mountFS(ctx, cfg, store, guard, caps, m.log, reg)
 	if err != nil {
 		return explainMountErr(cfg, err)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // fusefsOptions builds the fusefs.Options of cfg.
-func fusefsOptions(cfg *config.Config, store objstore.Store, guard *fencing.Guard, log *slog.Logger, reg prometheus.Registerer) fusefs.Options {
+func fusefsOptions(cfg *config.Config, store objstore.Store, guard *fencing.Guard, caps *objstore.Capabilities, log *slog.Logger, reg prometheus.Registerer) fusefs.Options {
 	fsName := cfg.S3.Bucket
 	if cfg.S3.Prefix != "" {
 		fsName += "/" + cfg.S3.Prefix
@@ -47,12 +47,16 @@ func fusefsOptions(cfg *config.Config, store objstore.Store, guard *fencing.Guar
 	if guard != nil {
 		o.Guard = guard
 	}
+	// Known from the probe (writable mounts); a read-only mount lists
+	// without READDIRPLUS (its listings still answer each stat).
+	o.ListingsCarryMetadata = caps != nil && caps.Has(objstore.CheckListMetadata)
 	return o
 }
 
 // mountFS mounts the filesystem and returns once the kernel mount is ready.
-func mountFS(ctx context.Context, cfg *config.Config, store objstore.Store, guard *fencing.Guard, log *slog.Logger, reg prometheus.Registerer) (fsMount, error) {
-	return fusefs.Mount(ctx, cfg.Mount.Mountpoint, fusefsOptions(cfg, store, guard, log, reg))
+// caps is the probe's result (nil when none ran).
+func mountFS(ctx context.Context, cfg *config.Config, store objstore.Store, guard *fencing.Guard, caps *objstore.Capabilities, log *slog.Logger, reg prometheus.Registerer) (fsMount, error) {
+	return fusefs.Mount(ctx, cfg.Mount.Mountpoint, fusefsOptions(cfg, store, guard, caps, log, reg))
 }
 
 // streamStaging is fusefs.Options.StreamStaging for mount.stream_staging_mib
