@@ -15,6 +15,7 @@ import (
 	"github.com/fencefs/fencefs/integration/gateway"
 	"github.com/fencefs/fencefs/integration/harness"
 	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/minio/minio-go/v7/pkg/lifecycle"
 )
 
@@ -250,5 +251,47 @@ func TestGCKeepsTombstonesWhereDeleteIgnoresIfMatch(t *testing.T) {
 	}
 	if got := liveKeys(ctx, t, gw, bucket); strings.Join(got, " ") != "kept" {
 		t.Fatalf("keys after gc --unconditional-tombstones: %v; want only kept", got)
+	}
+}
+
+// TestWithoutLifecyclePermissionTombstonesWaitForGCAndSaySo: on MinIO, a
+// mount whose credentials may not read or write the bucket's lifecycle
+// configuration (temporary credentials with a session policy denying
+// both) deletes as before, logs one line naming the permissions, writes
+// untagged tombstones, and fencefs status says they wait for gc and why.
+func TestWithoutLifecyclePermissionTombstonesWaitForGCAndSaySo(t *testing.T) {
+	gw := gateway.ForKind(t, gateway.MinIO)
+	bucket := gateway.NewBucket(t, gw)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	deny := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*"],"Resource":["arn:aws:s3:::*"]},` +
+		`{"Effect":"Deny","Action":["s3:GetLifecycleConfiguration","s3:PutLifecycleConfiguration"],"Resource":["arn:aws:s3:::*"]}]}`
+	creds, err := credentials.NewSTSAssumeRole(gw.Endpoint, credentials.STSAssumeRoleOptions{
+		AccessKey: gw.AccessKey, SecretKey: gw.SecretKey, Policy: deny, Location: gw.Region})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := creds.GetWithContext(nil)
+	if err != nil {
+		t.Fatalf("temporary credentials: %v", err)
+	}
+	a := harness.MountWith(t, gw, bucket, harness.Options{Env: []string{"AWS_ACCESS_KEY_ID=" + v.AccessKeyID,
+		"AWS_SECRET_ACCESS_KEY=" + v.SecretAccessKey, "AWS_SESSION_TOKEN=" + v.SessionToken}}, "--token", "3")
+	bash(t, a.Dir, `echo x > f && rm f && echo y > g`)
+	st := readObject(t, gw, bucket, "f")
+	if !st.tombstone {
+		t.Fatalf("f after rm: %+v; want a tombstone (MinIO's DELETE ignores If-Match)", st)
+	}
+	tags, err := gw.Client().GetObjectTagging(ctx, bucket, "f", minio.GetObjectTaggingOptions{})
+	if err != nil || len(tags.ToMap()) != 0 {
+		t.Errorf("tombstone tags %v, %v; want none without the rule", tags, err)
+	}
+	const why = "the credentials may not install the bucket lifecycle rule that removes them (s3:GetLifecycleConfiguration and s3:PutLifecycleConfiguration)"
+	if n := strings.Count(a.Log(), "tombstones stay in the bucket for fencefs gc: "+why); n != 1 {
+		t.Errorf("the mount log says %d times why tombstones stay; want once:\n%s", n, a.Log())
+	}
+	out, err := harness.Run(ctx, t, gw, nil, "status", a.Dir)
+	if err != nil || !strings.Contains(out, "kept for fencefs gc: "+why) {
+		t.Errorf("fencefs status: %v\n%s", err, out)
 	}
 }
