@@ -380,6 +380,7 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 	if err := n.checkStreamChangeLocked(key, off, off+int64(len(data)), false); err != nil {
 		return 0, err
 	}
+	n.makeRoomLocked(ctx, max(prev, off+int64(len(data))))
 	w, err := n.stage.WriteAt(data, off)
 	for isNoSpace(err) && n.reclaimLocked(ctx, off, off+int64(w), max(prev, off+int64(w))) {
 		// Uploaded parts of a streamed file gave their space back.

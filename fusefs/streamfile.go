@@ -119,6 +119,19 @@ func (n *fileNode) advanceLocked(ctx context.Context, u *streamUpload, size, lim
 	return freed > 0
 }
 
+// makeRoomLocked releases uploaded parts of the node's stream (waiting for
+// uploads when the writer is ahead) so that the staged content, grown to
+// size by the write about to be made, stays within Options.StreamStaging.
+// LOCKS_REQUIRED(n.cmu write)
+func (n *fileNode) makeRoomLocked(ctx context.Context, size int64) {
+	n.mu.Lock()
+	u := n.up
+	n.mu.Unlock()
+	if u != nil {
+		n.advanceLocked(ctx, u, size, n.fsys.opts.StreamStaging)
+	}
+}
+
 // reclaimLocked is called when a staging write found the cache disk full:
 // it waits for the node's part uploads and releases every uploaded part.
 // It reports whether space was given back (the write may be tried again).
