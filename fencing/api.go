@@ -82,6 +82,11 @@ type Config struct {
 	// commits in flight and dirty handles, and every write of it stays
 	// small). Removal is batched into the journal's next write.
 	IntentLinger time.Duration
+	// ReleaseGrace is how long a takeover sweep waits for the owners of
+	// the journals it sealed that name entries to release those whose
+	// commits settled (release.go); a journal without a release keeps
+	// every entry. 0 means DefaultReleaseGrace (1s); negative: no wait.
+	ReleaseGrace time.Duration
 	// OpTimeout bounds one validation round and one background protocol
 	// write (intent, intent deletion), and is the retry deadline of one
 	// mutation (see "Retries" in the package documentation); 0 means 30s.
@@ -172,6 +177,11 @@ const (
 	// of "<etag>@<unix seconds>" ("_" for "absent") naming versions an old
 	// writer may still hold as its base.
 	MetaSwept = "fencefs-swept"
+	// MetaSweptFrom is set by a takeover sweep's rewrite of an object to
+	// the ETag it found: the same content under a fresh ETag. A commit of
+	// a newer or the same epoch whose base is that ETag retries on the
+	// rewrite instead of failing as stale. Commits do not carry it.
+	MetaSweptFrom = "fencefs-swept-from"
 )
 
 // IsStampKey reports whether a metadata key is one of the keys Guard
@@ -179,7 +189,7 @@ const (
 // metadata drop them.
 func IsStampKey(k string) bool {
 	switch k {
-	case MetaEpoch, MetaHolder, MetaWID, MetaTombstone, MetaSwept:
+	case MetaEpoch, MetaHolder, MetaWID, MetaTombstone, MetaSwept, MetaSweptFrom:
 		return true
 	}
 	return false

@@ -230,7 +230,7 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 // again after the raise (for journals created meanwhile too); that writer
 // then stops at its next register read (regCheckEvery).
 func (g *Guard) sealOlder(ctx context.Context, n uint64, claim string) error {
-	_, _, err := g.sweeper(tokenState{mode: g.cfg.Mode, token: n, claim: claim}).collect(ctx, preRaiseSealAttempts)
+	_, _, err := g.sweeper(tokenState{mode: g.cfg.Mode, token: n, claim: claim}).collect(ctx, preRaiseSealAttempts, false)
 	if errors.Is(err, errSealContended) {
 		g.log.Info("an older writer is busy: its intent journal is sealed after the register is raised", "epoch", n, "err", err)
 		return nil

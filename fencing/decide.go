@@ -133,6 +133,9 @@ const (
 	// outcomeRetryOverTombstone: a create found a tombstone (a deleted
 	// key): retry conditioned on the tombstone's ETag.
 	outcomeRetryOverTombstone
+	// outcomeRetryOverSweep: the key holds a takeover sweep's rewrite of
+	// the caller's base (the same content, another ETag): retry on it.
+	outcomeRetryOverSweep
 	// outcomeRetryCreate: the caller's base was a tombstone and the key is
 	// now absent (garbage-collected): retry as a plain create.
 	outcomeRetryCreate
@@ -168,6 +171,10 @@ func resolve(kind writeKind, cur objstore.ObjectInfo, exists bool, epoch uint64,
 			if objstore.NormalizeETag(cur.ETag) != base.ETag && (!base.Exists() || base.Tombstone) {
 				return outcomeRetryOverTombstone
 			}
+		}
+		if base.Exists() && !base.Tombstone && !isTombstone(cur) &&
+			objstore.NormalizeETag(cur.Meta[MetaSweptFrom]) == base.ETag && objstore.NormalizeETag(cur.ETag) != base.ETag {
+			return outcomeRetryOverSweep
 		}
 		return outcomeCheck
 	}

@@ -129,6 +129,11 @@ func TestResolveRefusedCommit(t *testing.T) {
 		return objstore.ObjectInfo{ETag: "cur", Size: size, Meta: m}
 	}
 	overwrite := Version{ETag: "base"}
+	swept := func(epoch, from string) objstore.ObjectInfo {
+		o := obj(epoch, "sweep", false)
+		o.Meta[MetaSweptFrom] = from
+		return o
+	}
 	tests := []struct {
 		name   string
 		kind   writeKind
@@ -148,6 +153,9 @@ func TestResolveRefusedCommit(t *testing.T) {
 		{"create over a tombstone found another tombstone", kindPut, obj("16", "x", true), true, Version{ETag: "t0", Tombstone: true}, outcomeRetryOverTombstone},
 		{"overwrite found a tombstone: the file was deleted", kindPut, obj("17", "x", true), true, overwrite, outcomeCheck},
 		{"create over a tombstone that was collected: plain create", kindPut, objstore.ObjectInfo{}, false, Version{ETag: "t0", Tombstone: true}, outcomeRetryCreate},
+		{"a sweep of our epoch or an older one rewrote our base: retry on it", kindPut, swept("17", "base"), true, overwrite, outcomeRetryOverSweep},
+		{"a sweep rewrote another version: check", kindPut, swept("16", "other"), true, overwrite, outcomeCheck},
+		{"a newer epoch's sweep rewrote our base: fenced", kindPut, swept("18", "base"), true, overwrite, outcomeFenced},
 		{"overwrite found the key absent", kindPut, objstore.ObjectInfo{}, false, overwrite, outcomeCheck},
 		{"delete found the key absent: gone", kindDelete, objstore.ObjectInfo{}, false, overwrite, outcomeGone},
 		{"delete found someone's tombstone: gone", kindDelete, obj("17", "x", true), true, overwrite, outcomeGone},

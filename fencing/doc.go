@@ -65,8 +65,9 @@
 //
 //  1. if the Guard knows of a newer epoch: ErrFenced, no round trip;
 //  2. the intent: the binding's journal names the key and base (written
-//     once per key and base; concurrent writes share one journal write;
-//     early with PrepareBase; several coming mutations at once with
+//     once per key and base, right before the commit and never earlier, so
+//     that a journal names only commits that may be in flight; concurrent
+//     writes share one journal write; several coming mutations at once with
 //     Reserve, as a rename does). The journal write carries If-Match
 //     on the ETag of the Guard's previous write;
 //  3. validation: that journal write succeeding is the validation (see
@@ -111,8 +112,8 @@
 //   - strict (default): no mutation of an epoch-N writer lands after a
 //     writer of a newer epoch is active, whatever the pauses (GC, SIGSTOP,
 //     VM freeze, partitions) between any two steps. Cost: one journal write
-//     (a conditional PUT) before a commit, shared by concurrent commits and
-//     overlappable with the application's writes via PrepareBase. Requires strongly consistent
+//     (a conditional PUT) before a commit, shared by concurrent commits.
+//     Requires strongly consistent
 //     LIST and atomic conditional PUT/Complete (checked by the probe).
 //   - fast: no intents: validate, then conditional commit (two round trips).
 //     A writer paused between a validation and its commit can still land

@@ -178,7 +178,7 @@ func (c *collector) report(it GCItem) {
 
 // intents deletes the intents of epochs below the newest completed sweep.
 func (c *collector) intents(ctx context.Context) error {
-	store, lay, opts := c.store, c.lay, c.opts
+	store, lay := c.store, c.lay
 	var swept uint64
 	err := store.List(ctx, lay.sweptPrefix(), "/", func(e objstore.Entry) error {
 		if n, ok := parseEpochName(strings.TrimPrefix(e.Key, lay.sweptPrefix())); ok && n > swept {
@@ -192,18 +192,31 @@ func (c *collector) intents(ctx context.Context) error {
 	if swept == 0 {
 		return nil
 	}
+	// Intents, and the releases their fenced owners wrote (release.go).
+	for _, prefix := range []string{lay.intentsPrefix(), lay.releasedPrefix()} {
+		if err := c.protocolDirsBelow(ctx, prefix, swept); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// protocolDirsBelow deletes every object under prefix<epoch>/ for the
+// epochs below swept.
+func (c *collector) protocolDirsBelow(ctx context.Context, prefix string, swept uint64) error {
+	store, opts := c.store, c.opts
 	var dirs []uint64
-	err = store.List(ctx, lay.intentsPrefix(), "/", func(e objstore.Entry) error {
-		if n, ok := parseEpochName(strings.TrimPrefix(e.Key, lay.intentsPrefix())); ok && e.IsPrefix && n < swept {
+	err := store.List(ctx, prefix, "/", func(e objstore.Entry) error {
+		if n, ok := parseEpochName(strings.TrimPrefix(e.Key, prefix)); ok && e.IsPrefix && n < swept {
 			dirs = append(dirs, n)
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("listing intents: %w", err)
+		return fmt.Errorf("listing %s: %w", prefix, err)
 	}
 	for _, d := range dirs {
-		err := store.List(ctx, lay.intentDir(d), "", func(e objstore.Entry) error {
+		err := store.List(ctx, prefix+epochName(d)+"/", "", func(e objstore.Entry) error {
 			it := GCItem{Kind: "intent", Key: e.Key, Epoch: d, Reason: fmt.Sprintf("epoch %d < %d, whose sweep completed", d, swept)}
 			if !opts.DryRun {
 				if err := store.Delete(ctx, e.Key, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
@@ -217,7 +230,7 @@ func (c *collector) intents(ctx context.Context) error {
 			return ctx.Err()
 		})
 		if err != nil {
-			return fmt.Errorf("listing intents of epoch %d: %w", d, err)
+			return fmt.Errorf("listing %s of epoch %d: %w", prefix, d, err)
 		}
 	}
 	return nil

@@ -18,9 +18,6 @@ import (
 const (
 	DefaultSignedRequestValidity = 15 * time.Minute
 	defaultOpTimeout             = 30 * time.Second
-	// prepareLinger keeps an intent written by Prepare alive while the
-	// handle stays dirty without committing.
-	prepareLinger = 5 * time.Minute
 )
 
 // Guard is the single door for mutations of the bucket: it binds a fencing
@@ -49,7 +46,7 @@ type Guard struct {
 	met     *metrics
 	bg      context.Context // cancelled by Close
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup // background goroutines (PrepareBase, intent deletion)
+	wg      sync.WaitGroup // background goroutines (intent deletion, journal trims)
 
 	bindMu sync.Mutex // serialises Bind
 
@@ -108,6 +105,9 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 	if cfg.SignedRequestValidity <= 0 {
 		cfg.SignedRequestValidity = DefaultSignedRequestValidity
 	}
+	if cfg.ReleaseGrace == 0 {
+		cfg.ReleaseGrace = DefaultReleaseGrace
+	}
 	if cfg.IntentLinger < 0 {
 		cfg.IntentLinger = 0
 	}
@@ -147,7 +147,8 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 		validate: func(ctx context.Context, ts tokenState, key string) error {
 			return g.validate(ctx, ts, "", key)
 		},
-		seen: g.noteRegister,
+		seen:       g.noteRegister,
+		idleFenced: g.idleFenced,
 	})
 	g.tombs = newReaper(g.objects, cfg, g.log, g.met, bg, reaperGuard{
 		active:   g.activeState,

@@ -3,7 +3,6 @@ package fencing
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,82 +44,12 @@ func (c *opCounter) get(kind string) int {
 	return c.puts[kind]
 }
 
-func TestPrepareWritesTheIntentBeforeTheCommit(t *testing.T) {
-	ctx := testCtx(t, 10*time.Second)
-	s := memstore.New()
-	g := newGuard(t, s, Config{Holder: "A"})
-	bind(t, ctx, g, 1)
-	c := countPuts(s)
-	old := rawPut(t, ctx, s, "p/old", "v0")
-
-	g.PrepareBase("p/new", Version{})
-	g.PrepareBase("p/old", VersionOf(old))
-	waitFor(t, ctx, func() bool { return countIntents(t, ctx, s) == 2 })
-	w := c.get("intent") // one or two journal writes (concurrent ones share)
-	if _, err := gput(ctx, g, "p/new", "created", Version{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gput(ctx, g, "p/old", "v1", VersionOf(old)); err != nil {
-		t.Fatal(err)
-	}
-	if n := c.get("intent"); n != w {
-		t.Errorf("%d journal writes after the commits, %d before; the commits should have reused the prepared intents", n, w)
-	}
-	// An overwrite prepared without its base writes the journal once more.
-	_, cur, _ := read(t, ctx, s, "p/old")
-	g.PrepareBase("p/other", Version{})
-	waitFor(t, ctx, func() bool { return c.get("intent") == w+1 })
-	other := rawPut(t, ctx, s, "p/other", "x")
-	if _, err := gput(ctx, g, "p/other", "y", VersionOf(other)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gput(ctx, g, "p/old", "v2", VersionOf(cur)); err != nil {
-		t.Fatal(err)
-	}
-	// p/other: 1 (Prepare) + 1 (base added); p/old: 1 more (new base).
-	if n := c.get("intent"); n != w+3 {
-		t.Errorf("%d journal writes, want %d", n, w+3)
-	}
-	// Prepare is a no-op on a guard that cannot write.
-	ro := newGuard(t, s, Config{})
-	ro.PrepareBase("p/x", Version{})
-	if err := ro.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := c.get("intent"); n != w+3 {
-		t.Errorf("an unbound guard wrote an intent")
-	}
-}
-
 func TestSettledIntentsAreDeletedAndCloseCleansUp(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	s := memstore.New()
 	g := newGuard(t, s, Config{Holder: "A", IntentLinger: time.Millisecond})
 	bind(t, ctx, g, 1)
 	if _, err := gput(ctx, g, "i/a", "x", Version{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, func() bool { return countIntents(t, ctx, s) == 0 })
-	// A prepared intent is kept while the handle is dirty, and goes soon
-	// after the commit. Kept: once a later intent, committed after the
-	// prepared one settled and lingering as long, has left the journal, the
-	// prepared one is still in it.
-	g.PrepareBase("i/p", Version{})
-	waitFor(t, ctx, func() bool { return slices.Equal(intentKeys(t, ctx, s, ""), []string{"i/p"}) })
-	waitFor(t, ctx, func() bool {
-		g.intents.mu.Lock()
-		defer g.intents.mu.Unlock()
-		ki := g.intents.live["i/p"]
-		return ki == nil || ki.refs == 0 && ki.gen > 0 // PrepareBase settled it (nil: dropped, caught below)
-	})
-	if _, err := gput(ctx, g, "i/q", "x", Version{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, func() bool { return !slices.Contains(intentKeys(t, ctx, s, ""), "i/q") })
-	if got := intentKeys(t, ctx, s, ""); !slices.Equal(got, []string{"i/p"}) {
-		t.Fatalf("the journal names %v after the other intent left; a prepared intent was dropped while its handle is dirty", got)
-	}
-	if _, err := gput(ctx, g, "i/p", "x", Version{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, func() bool { return countIntents(t, ctx, s) == 0 })

@@ -21,10 +21,9 @@ type keyIntent struct {
 	bases       map[string]bool // wanted: the union of every base asked for
 	written     map[string]bool // in the journal as of its last successful write
 	writtenOnce bool
-	refs        int       // commits using it
-	orphan      bool      // an outcome is unknown: never drop it ourselves
-	keepUntil   time.Time // PrepareBase keeps it at least until then
-	gen         int       // bumped whenever refs drops to 0
+	refs        int  // commits using it
+	orphan      bool // an outcome is unknown: never drop it ourselves
+	gen         int  // bumped whenever refs drops to 0
 	// validated holds the bases named by a successful journal write (itself
 	// the validation, see journal.go): a commit on such a base needs no
 	// round of its own.
@@ -53,9 +52,8 @@ type keyIntent struct {
 // the critical section (of the Guard's mu) in which it changes the token,
 // Reserve takes its references in the one in which it checked the binding
 // (refAll), and Close marks the journal closed in the one in which it
-// closes the Guard. ensure, which may run with a binding read earlier
-// (PrepareBase's goroutine), checks under mu that it is still the
-// journal's before it takes a reference (boundLocked). The check that a write's Guard is fenced (journalGuard
+// closes the Guard. ensure checks under mu that the caller's binding is
+// still the journal's before it takes a reference (boundLocked). The check that a write's Guard is fenced (journalGuard
 // fenced) is made just before the write fixes its content, not atomically
 // with it: it only keeps a fenced writer from contending with a seal, and
 // safety rests on the seal (see journal.go).
@@ -95,6 +93,9 @@ type journalGuard struct {
 	validate func(ctx context.Context, ts tokenState, key string) error
 	// seen caches a register a journal write read (Guard.noteRegister).
 	seen func(reg Register, etag string)
+	// idleFenced waits until the Guard, bound to (token, claim), is
+	// latched fenced with no mutation in flight (Guard.idleFenced).
+	idleFenced func(ctx context.Context, token uint64, claim string) bool
 }
 
 // newIntentJournal returns the (empty) intent journal of a Guard over o
@@ -116,13 +117,11 @@ func (ij *intentJournal) opCtx() (context.Context, context.CancelFunc) {
 // ts must still be the binding of the journal (boundLocked), checked under
 // the same hold of mu as the reference is taken; otherwise ensure fails
 // with ErrUnverified and changes nothing. A mutation's ts cannot be stale
-// (Bind waits for the mutations in flight), but PrepareBase's can: it reads
-// the binding, and its goroutine calls ensure later, maybe after a Bind
-// and after a mutation of the new binding took the key's intent. Taking a
-// reference under the old binding would replace that intent in live
-// (refLocked), and every later journal write would leave the key out while
-// its commit is in flight: a newer binder's seal would not name it, its
-// sweep would not change it, and the commit could land after the takeover.
+// (Bind waits for the mutations in flight); the check keeps it so should a
+// caller ever read the binding earlier: taking a reference under an old
+// binding would replace a newer binding's intent in live (refLocked), and
+// every later journal write would leave the key out while its commit is in
+// flight, so that a newer binder's seal would not name it.
 func (ij *intentJournal) ensure(ctx context.Context, ts tokenState, key, base string) (*keyIntent, error) {
 	ij.mu.Lock()
 	if !ij.boundLocked(ts) {
@@ -248,15 +247,6 @@ func (ij *intentJournal) settle(ki *keyIntent, definitive bool) {
 	ij.settleLocked(ki, definitive)
 }
 
-// settleCommit is settle for the mutation that committed (or gave up):
-// from now on only the short linger keeps ki, not PrepareBase's.
-func (ij *intentJournal) settleCommit(ki *keyIntent, definitive bool) {
-	ij.mu.Lock()
-	defer ij.mu.Unlock()
-	ki.keepUntil = time.Time{}
-	ij.settleLocked(ki, definitive)
-}
-
 // settleLocked is settle for a caller holding mu. LOCKS_REQUIRED(ij.mu)
 func (ij *intentJournal) settleLocked(ki *keyIntent, definitive bool) {
 	ki.refs--
@@ -281,9 +271,6 @@ func (ij *intentJournal) scheduleDropLocked(ki *keyIntent) {
 	ki.gen++
 	gen := ki.gen
 	delay := ij.linger
-	if d := time.Until(ki.keepUntil); d > delay {
-		delay = d
-	}
 	if delay <= 0 {
 		ij.dropIdleLocked(ki, gen)
 		return
@@ -400,42 +387,6 @@ func (ij *intentJournal) closeJournal(ctx context.Context) error {
 	return nil
 }
 
-// prepare writes the intent for (key, base) of binding ts in the
-// background (PrepareBase): prepareNow, in a goroutine of its own.
-func (ij *intentJournal) prepare(ts tokenState, key, base string) {
-	ij.wg.Add(1)
-	go func() {
-		defer ij.wg.Done()
-		ctx, cancel := ij.opCtx()
-		defer cancel()
-		if err := ij.prepareNow(ctx, ts, key, base); err != nil {
-			ij.log.Debug("writing an intent early failed; the commit writes it", "key", key, "err", err)
-		}
-	}()
-}
-
-// prepareNow is the body of prepare's goroutine: it writes the intent for
-// (key, base) of binding ts and keeps it for prepareLinger. ts was read
-// by PrepareBase before the goroutine started, so a Bind may have fallen
-// in between (PrepareBase is no mutation in flight: Bind does not wait for
-// it); see ensure.
-func (ij *intentJournal) prepareNow(ctx context.Context, ts tokenState, key, base string) error {
-	ki, err := ij.ensure(ctx, ts, key, base)
-	if err != nil {
-		return err
-	}
-	ij.mu.Lock()
-	defer ij.mu.Unlock()
-	if k := ij.now().Add(prepareLinger); k.After(ki.keepUntil) {
-		ki.keepUntil = k
-	}
-	// The journal write was the validation too (journal.go): a newer
-	// binder seals the journal and sweeps the key, however late the
-	// commit comes.
-	ij.settleLocked(ki, true)
-	return nil
-}
-
 // refAll takes a reference on the intent of every one of intents under
 // binding ts for Reserve; write reports that some base is not in the
 // journal yet (the caller then calls syncJournal). LOCKS_REQUIRED(Guard.mu)
@@ -455,23 +406,6 @@ func (ij *intentJournal) refAll(ts tokenState, intents []Intent) (kis []*keyInte
 	return kis, write
 }
 
-// PrepareBase is a hint that a handle on key became dirty and will commit
-// conditioned on base (the version the handle was opened on; the zero
-// Version for a create): in strict mode the intent for (key, base) is
-// written now, in the background, so that the commit at close does not pay
-// for it (a commit on another base writes the intent again). PrepareBase
-// never blocks and never fails; a Put on key waits for the write it
-// started.
-func (g *Guard) PrepareBase(key string, base Version) {
-	g.mu.Lock()
-	ok := g.cfg.Mode == ModeStrict && g.state == StateActive && !g.binding && !g.closed && g.checkKey(key) == nil
-	ts := tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}
-	g.mu.Unlock()
-	if ok {
-		g.intents.prepare(ts, key, base.ETag)
-	}
-}
-
 // Intent names a coming mutation for Reserve: its key and the version it
 // will be conditioned on (the zero Version for a create).
 type Intent struct {
@@ -484,8 +418,7 @@ type Intent struct {
 // release is called: each of those mutations then finds its intent written
 // and validated, and needs no journal write of its own (a rename's copy to
 // the destination and delete of the source: one write instead of two; a
-// directory rename: one per batch of files). Like PrepareBase it is a hint:
-// it never fails; when it cannot write (another mode, not bound, fenced,
+// directory rename: one per batch of files). It is a hint: it never fails; when it cannot write (another mode, not bound, fenced,
 // storage errors) the mutations write their own intents and meet the
 // error themselves. release must be called exactly once, after the
 // mutations returned; it never blocks. Safe for concurrent use.

@@ -25,17 +25,14 @@ func journalNames(t *testing.T, ctx context.Context, s objstore.Store, name, key
 	return false
 }
 
-// TestLatePrepareNeverDisplacesAnIntentOfANewerBinding forces the
-// interleaving PrepareBase leaves open: it reads the binding (epoch 1),
-// then a Bind to epoch 2 falls in before its goroutine runs (PrepareBase is
-// no mutation in flight, Bind does not wait for it), a mutation of epoch 2
-// has its intent for the same key written and is about to commit, and only
-// then does the goroutine (prepareNow, with the binding it was given) run.
-// It must not take the key's place in the journal: every later journal
+// TestAnIntentOfAnOlderBindingNeverDisplacesANewerOne: an intent asked for
+// with a binding read before a Bind to epoch 2 (epoch 1), arriving while a
+// mutation of epoch 2 has its intent for the same key written and is about
+// to commit, is refused. It must not take the key's place in the journal: every later journal
 // write must still name the key while its commit is in flight, so that a
 // newer binder's seal names it, its sweep changes the key, and the paused
 // commit is refused instead of landing after the takeover.
-func TestLatePrepareNeverDisplacesAnIntentOfANewerBinding(t *testing.T) {
+func TestAnIntentOfAnOlderBindingNeverDisplacesANewerOne(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func() objstore.Store, real bool) {
 		ctx := testCtx(t, 30*time.Second)
 		s := newStore()
@@ -44,7 +41,7 @@ func TestLatePrepareNeverDisplacesAnIntentOfANewerBinding(t *testing.T) {
 		p := newPauser(key)
 		a := newGuard(t, s, Config{Holder: "A", Hooks: Hooks{AfterValidate: p.hook}})
 		bind(t, ctx, a, 1)
-		stale, ok := a.activeState() // what PrepareBase(key, base) read
+		stale, ok := a.activeState() // the binding read before the Bind
 		if !ok {
 			t.Fatal("A is not active after its bind")
 		}
@@ -64,7 +61,10 @@ func TestLatePrepareNeverDisplacesAnIntentOfANewerBinding(t *testing.T) {
 		}()
 		p.wait(t, ctx) // epoch 2's intent for key is written; its commit is next
 
-		_ = a.intents.prepareNow(ctx, stale, key, base.ETag) // the late goroutine
+		if ki, err := a.intents.ensure(ctx, stale, key, base.ETag); err == nil {
+			a.intents.settle(ki, true)
+			t.Error("an intent of an older binding was taken")
+		}
 		if _, err := gput(ctx, a, other, "x", Version{}); err != nil {
 			t.Fatalf("a commit of epoch 2 on %s: %v", other, err)
 		}

@@ -97,6 +97,9 @@ type intentDoc struct {
 	Journal bool     `json:"journal,omitempty"`
 	Seq     uint64   `json:"seq,omitempty"`
 	Sealed  *sealDoc `json:"sealed,omitempty"`
+	// Released marks the release of a sealed journal by its fenced owner
+	// (release.go): Keys are the entries that may still land.
+	Released bool `json:"released,omitempty"`
 }
 
 // sealDoc records the binder that sealed a journal.

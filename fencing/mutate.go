@@ -167,7 +167,7 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 	definitive := true
 	defer func() {
 		if ki != nil {
-			g.intents.settleCommit(ki, definitive)
+			g.intents.settle(ki, definitive)
 		}
 	}()
 	rebases := 0
@@ -359,7 +359,7 @@ func (g *Guard) resolveFailed(ctx context.Context, m *mutation, cur objstore.Obj
 			return objstore.ObjectInfo{}, nil, fencedErr(m.op, m.key, reason)
 		}
 		return objstore.ObjectInfo{}, nil, staleErr(m.op, m.key, reason)
-	case outcomeRetryOverTombstone:
+	case outcomeRetryOverTombstone, outcomeRetryOverSweep:
 		v := VersionOf(cur)
 		return objstore.ObjectInfo{}, &v, nil
 	case outcomeRetryCreate:

@@ -178,65 +178,6 @@ func TestStreamsCommitWithPutsProtocol(t *testing.T) {
 	})
 }
 
-// TestPreparedCommitsAreValidatedEarlyAndStillFenced checks strict mode's
-// early validation: Prepare writes the intent into the journal (that write
-// is the validation), so the commit of a prepared file sends no protocol
-// request of its own; and a newer epoch raised after that early validation
-// still fences the commit (the new epoch's sweep finds the intent).
-func TestPreparedCommitsAreValidatedEarlyAndStillFenced(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	s := memstore.New()
-	// Journal writes: the protocol requests a strict commit waits for. (A
-	// journal write may also start a background register read, for seal
-	// liveness, which nothing waits for; not counted.)
-	var journalWrites atomic.Int64
-	s.SetHook(func(ctx context.Context, ev memstore.Event) error {
-		if ev.Phase == memstore.PhaseBefore && ev.Op == memstore.OpPut && strings.Contains(ev.Key, ".fencefs/intents/") {
-			journalWrites.Add(1)
-		}
-		return nil
-	})
-	g := newGuard(t, s, Config{Holder: "A"})
-	bind(t, ctx, g, 1)
-
-	validatedEarly := func(key string) bool {
-		g.intents.mu.Lock()
-		defer g.intents.mu.Unlock()
-		ki := g.intents.live[key]
-		return ki != nil && ki.validated[""]
-	}
-	g.PrepareBase("p/a", Version{})
-	waitFor(t, ctx, func() bool { return validatedEarly("p/a") })
-	before := journalWrites.Load()
-	if _, err := gput(ctx, g, "p/a", "a", Version{}); err != nil {
-		t.Fatal(err)
-	}
-	if n := journalWrites.Load() - before; n != 0 {
-		t.Fatalf("the commit of a prepared, validated file wrote the journal %d times; want 0", n)
-	}
-
-	// A commit arriving while Prepare's journal write is still in flight
-	// shares it: one protocol request for the whole write.
-	before = journalWrites.Load()
-	g.PrepareBase("p/c", Version{})
-	if _, err := gput(ctx, g, "p/c", "c", Version{}); err != nil {
-		t.Fatal(err)
-	}
-	if n := journalWrites.Load() - before; n != 1 {
-		t.Fatalf("prepare + commit wrote the journal %d times; want 1", n)
-	}
-
-	g.PrepareBase("p/b", Version{})
-	waitFor(t, ctx, func() bool { return validatedEarly("p/b") })
-	b := newGuard(t, s, Config{Holder: "B"})
-	bind(t, ctx, b, 2) // raised after A's early validation: sweeps A's intent on p/b
-	_, err := gput(ctx, g, "p/b", "late", Version{})
-	mustFenced(t, "commit validated before the newer epoch", err, "")
-	if got, info, ok := read(t, ctx, s, "p/b"); ok && !isTombstone(info) {
-		t.Fatalf("p/b holds %q: the stale commit landed", got)
-	}
-}
-
 // TestACommitWhoseResponseWasLostIsRecognisedByItsWriteID checks the
 // unknown outcomes of Put and CommitStream: the error carries the write id,
 // Landed finds it in the bucket when the commit landed, and a streamed

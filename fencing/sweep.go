@@ -34,6 +34,7 @@ type sweeper struct {
 	ts       tokenState
 	live     map[string]bool // intent objects of this Guard: not an older writer's
 	validity time.Duration   // Config.SignedRequestValidity
+	grace    time.Duration   // Config.ReleaseGrace
 	log      *slog.Logger
 	met      *metrics
 	hook     func(ctx context.Context, key string) error // Hooks.BeforeSweepKey
@@ -47,7 +48,8 @@ type sweeper struct {
 func (g *Guard) sweeper(ts tokenState) *sweeper {
 	return &sweeper{
 		objects: g.objects, ts: ts, live: g.intents.liveNames(), validity: g.cfg.SignedRequestValidity,
-		log: g.log, met: g.met, hook: g.cfg.Hooks.BeforeSweepKey,
+		grace: g.cfg.ReleaseGrace,
+		log:   g.log, met: g.met, hook: g.cfg.Hooks.BeforeSweepKey,
 		validate:  func(ctx context.Context, key string) error { return g.validate(ctx, ts, "sweep", key) },
 		fenced:    func(reason string) { g.latchFenced(ts.token, ts.claim, reason) },
 		tombstone: g.tombs.note,
@@ -65,7 +67,7 @@ func (g *Guard) sweeper(ts tokenState) *sweeper {
 // other writer.
 func (sw *sweeper) run(ctx context.Context) error {
 	ts := sw.ts
-	names, targets, err := sw.collect(ctx, maxSealAttempts)
+	names, targets, err := sw.collect(ctx, maxSealAttempts, true)
 	if err != nil {
 		return err
 	}
@@ -112,8 +114,11 @@ func (sw *sweeper) run(ctx context.Context) error {
 
 // collect lists and reads the intents of epochs <= ts.token (skipping this
 // Guard's live journal), sealing every intent journal among them (at most
-// sealAttempts tries each), and groups them by target key.
-func (sw *sweeper) collect(ctx context.Context, sealAttempts int) ([]string, []sweepTarget, error) {
+// sealAttempts tries each), and groups them by target key. With releases,
+// a sealed journal's entries are those its owner's release names, if one
+// comes within the grace (release.go); the names returned then include
+// the releases used.
+func (sw *sweeper) collect(ctx context.Context, sealAttempts int, releases bool) ([]string, []sweepTarget, error) {
 	ts, live := sw.ts, sw.live
 	epoch := ts.token
 	var dirs []uint64
@@ -159,6 +164,9 @@ func (sw *sweeper) collect(ctx context.Context, sealAttempts int) ([]string, []s
 		return nil
 	}); err != nil {
 		return nil, nil, err
+	}
+	if releases {
+		names = append(names, sw.awaitReleases(ctx, names, docs)...)
 	}
 	byKey := map[string]map[string]bool{}
 	var order []string
@@ -367,6 +375,9 @@ func (sw *sweeper) sweptMeta(t sweepTarget, st sweepState, wid string) (meta map
 	}
 	stampMeta(meta, sw.ts, sw.holder, wid)
 	meta[MetaSwept] = rec.String()
+	if st.exists && !isTombstone(st.info) {
+		meta[MetaSweptFrom] = st.etag()
+	}
 	return meta, rec, avoid
 }
 

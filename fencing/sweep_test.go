@@ -288,7 +288,8 @@ func TestGCRemovesOnlyGarbage(t *testing.T) {
 		late := newLayout("").intent(1, "late")
 		rawPut(t, ctx, s, late, `{"format":1,"epoch":1,"keys":[{"key":"s/k0","bases":[""]}]}`)
 		// A live intent of epoch 3 (a write in progress) must stay.
-		c.PrepareBase("s/k1", Version{})
+		release := c.Reserve(ctx, Intent{Key: "s/k1"})
+		defer release()
 		var reported []GCItem
 		dry, err := GC(ctx, s, GCOptions{DryRun: true, Report: func(it GCItem) { reported = append(reported, it) }})
 		if err != nil || dry.Intents != 1 || len(reported) != 1 || reported[0].Key != late {

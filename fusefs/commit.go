@@ -324,19 +324,13 @@ func (n *fileNode) updateMeta(ctx context.Context, mutate func(*posixAttr) error
 			a.Ctime = time.Now()
 			err = checkMetaSize(encodeAttr(a, n.info.Meta))
 		}
-		prep := false
 		if err == nil {
 			n.attr = a
 			if !n.unlinked {
-				prep = n.markDirtyLocked()
+				n.markDirtyLocked()
 			}
 		}
-		base := n.baseLocked()
 		n.mu.Unlock()
-		if prep {
-			key, _ := n.key()
-			n.fsys.prepare(key, base)
-		}
 		return err
 	}
 	n.mu.Unlock()

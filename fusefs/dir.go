@@ -323,7 +323,6 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		// created the name unseen, the commit replaces it (replace.go).
 		n.replacing = flags&syscall.O_TRUNC != 0
 		n.mu.Unlock()
-		d.fsys.prepare(key, fencing.Version{})
 	}
 	n.mu.Lock()
 	n.openCount = 1

@@ -275,22 +275,20 @@ func (n *fileNode) download(ctx context.Context, f *os.File, etag string, size i
 	return nil
 }
 
-// markDirty records a local change. It reports whether the node just became
-// dirty: the caller then tells the Guard with prepare (outside the node's
-// locks), which lets it write its intent ahead of the commit.
+// markDirtyLocked records a local change. No intent is written for it: the
+// commit names its base in the journal when it is sent (fencing, DESIGN §7).
 // LOCKS_REQUIRED(n.mu)
-func (n *fileNode) markDirtyLocked() bool {
+func (n *fileNode) markDirtyLocked() {
 	defer n.checkInvariantsLocked()
 	n.gen++
 	n.openChangeOnly = false
 	if n.dirty {
-		return false
+		return
 	}
 	n.dirty = true
 	n.dirtySince.Store(time.Now().UnixNano())
 	n.fsys.dirtyFiles.Add(1)
 	n.fsys.track(n)
-	return !n.unlinked
 }
 
 // track adds n to the nodes Unmount must look at (dirty or staged).
@@ -304,14 +302,6 @@ func (fsys *filesystem) untrack(n *fileNode) {
 	fsys.nodesMu.Lock()
 	delete(fsys.staged, n)
 	fsys.nodesMu.Unlock()
-}
-
-// prepare passes the Guard the hint that key is about to be committed on
-// base, so that the intent is written while the application still writes.
-func (fsys *filesystem) prepare(key string, base fencing.Version) {
-	if key != "" && fsys.guard != nil {
-		fsys.guard.PrepareBase(key, base)
-	}
 }
 
 // baseLocked is the version the node's next commit is conditioned on: absent
@@ -392,18 +382,13 @@ func (n *fileNode) write(ctx context.Context, data []byte, off int64) (uint32, e
 		n.fsys.stagingBytes.Add(end - n.size)
 		n.size = end
 	}
-	prep := false
 	if w > 0 {
 		now := time.Now()
 		n.attr.Mtime, n.attr.Ctime = now, now
-		prep = n.markDirtyLocked()
+		n.markDirtyLocked()
 	}
-	base := n.baseLocked()
 	size := n.size
 	n.mu.Unlock()
-	if prep {
-		n.fsys.prepare(key, base)
-	}
 	if err != nil {
 		n.mu.Lock()
 		n.failStageLocked(err)
@@ -430,7 +415,6 @@ func (n *fileNode) truncateAt(ctx context.Context, size int64, atOpen bool) erro
 	if err := n.fsys.checkWritable("truncate"); err != nil {
 		return err
 	}
-	key, _ := n.key()
 	n.cmu.Lock()
 	defer n.cmu.Unlock()
 	n.dropSpentStageLocked()
@@ -464,13 +448,9 @@ func (n *fileNode) truncateAt(ctx context.Context, size int64, atOpen bool) erro
 	now := time.Now()
 	n.attr.Mtime, n.attr.Ctime = now, now
 	wasDirty := n.dirty
-	prep := n.markDirtyLocked()
+	n.markDirtyLocked()
 	n.openChangeOnly = atOpen && !wasDirty
-	base := n.baseLocked()
 	n.mu.Unlock()
-	if prep {
-		n.fsys.prepare(key, base)
-	}
 	return nil
 }
 

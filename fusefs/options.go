@@ -19,15 +19,13 @@ import (
 // the bucket goes through it. See fencing.Guard for the contracts; in short:
 // Put/Copy/Delete are conditioned on base (the zero Version means "must not
 // exist") and fail with fencing.ErrFenced, ErrReadOnly, ErrStale or
-// ErrUnverified; PrepareBase is a hint that a handle on key became dirty and
-// will be committed on base.
+// ErrUnverified.
 // Implementations must be safe for concurrent use.
 type Guard interface {
 	Bind(ctx context.Context, token uint64) (uint64, error)
 	Status() fencing.Status
 	Tombstones() fencing.TombstoneStatus
 	Admit(op string) (fencing.Status, error)
-	PrepareBase(key string, base fencing.Version)
 	Reserve(ctx context.Context, intents ...fencing.Intent) (release func())
 	StartStream(ctx context.Context, key string, base fencing.Version, meta fencing.Meta) (*fencing.Stream, error)
 	CommitStream(ctx context.Context, s *fencing.Stream, parts []objstore.Part, meta fencing.Meta) (objstore.ObjectInfo, error)
