@@ -144,6 +144,9 @@ func GC(ctx context.Context, store objstore.Store, opts GCOptions) (GCResult, er
 	if err := c.intents(ctx); err != nil {
 		return c.res, err
 	}
+	if err := c.spills(ctx); err != nil {
+		return c.res, err
+	}
 	if !opts.TombstonesBefore.IsZero() {
 		if err := c.tombstones(ctx); err != nil {
 			return c.res, err
@@ -234,6 +237,35 @@ func (c *collector) protocolDirsBelow(ctx context.Context, prefix string, swept 
 		}
 	}
 	return nil
+}
+
+// spills deletes the ETag-ABA record spills (spill.go) whose entries all
+// expired, each with If-Match on the version read (counted as intents).
+func (c *collector) spills(ctx context.Context) error {
+	o := objects{store: c.store, lay: c.lay, now: time.Now}
+	return c.store.List(ctx, c.lay.abaPrefix(), "", func(e objstore.Entry) error {
+		b, info, err := o.getSmall(ctx, e.Key, objstore.GetOptions{}, maxSpillSize)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil
+		}
+		it := GCItem{Kind: "intent", Key: e.Key, Reason: "an ETag-ABA record spill whose entries all expired"}
+		switch {
+		case err != nil:
+			it.Err = err
+		case len(parseRecord(string(b)).young(time.Now(), c.opts.SignedRequestValidity)) > 0:
+			return nil
+		case !c.opts.DryRun:
+			err := c.store.Delete(ctx, e.Key, objstore.Condition{IfMatch: objstore.NormalizeETag(info.ETag)})
+			if err != nil && !errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrPrecondition) {
+				it.Err = err
+			}
+		}
+		if it.Err == nil {
+			c.res.Intents++
+		}
+		c.report(it)
+		return ctx.Err()
+	})
 }
 
 // tombstones deletes the tombstones older than opts.TombstonesBefore and

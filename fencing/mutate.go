@@ -29,6 +29,10 @@ type mutation struct {
 	base Version
 	ts   tokenState
 	wid  string
+	// full is every young entry of the ETag-ABA record of the version the
+	// commit replaces, its spill's included (spill.go): what the commit's
+	// shape avoids. The commit carries the metadata form it was given.
+	full record
 }
 
 // Put writes size bytes of body at key, conditioned on base (If-Match its
@@ -55,7 +59,7 @@ func (g *Guard) Put(ctx context.Context, key string, body io.ReaderAt, size int6
 	defer g.end(key)
 	m := &mutation{op: op, kind: kindPut, key: key, base: base, ts: ts, wid: newWID()}
 	return g.run(ctx, m, func(ctx context.Context, cond objstore.Condition, base Version, rec record) (objstore.ObjectInfo, error) {
-		shape, parts, err := g.pickShape(ctx, rec, size, etagFromContent(g.sizing, body, size))
+		shape, parts, err := g.pickShape(ctx, m.full, size, etagFromContent(g.sizing, body, size))
 		if err != nil {
 			return objstore.ObjectInfo{}, err
 		}
@@ -101,14 +105,14 @@ func (g *Guard) Copy(ctx context.Context, src, srcETag, dst string, dstBase Vers
 		if _, mp := objstore.IsMultipartETag(srcETag); !mp {
 			plain = srcETag
 		}
-		shape, parts, err := g.pickShape(ctx, rec, srcInfo.Size, etagFromPlain(plain))
+		shape, parts, err := g.pickShape(ctx, m.full, srcInfo.Size, etagFromPlain(plain))
 		if errors.Is(err, errNeedContent) {
 			body, ferr := g.fetch(ctx, src, srcETag, srcInfo.Size)
 			if ferr != nil {
 				return objstore.ObjectInfo{}, ferr
 			}
 			defer body.Close()
-			shape, parts, err = g.pickShape(ctx, rec, srcInfo.Size, etagFromContent(g.sizing, body, srcInfo.Size))
+			shape, parts, err = g.pickShape(ctx, m.full, srcInfo.Size, etagFromContent(g.sizing, body, srcInfo.Size))
 		}
 		if err != nil {
 			return objstore.ObjectInfo{}, err
@@ -218,6 +222,11 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 			rec = parseRecord(h.info.Meta[MetaSwept])
 		}
 		rec = rec.young(g.cfg.Now(), g.cfg.SignedRequestValidity)
+		full, err := g.expandRecord(ctx, m.key, rec, g.cfg.SignedRequestValidity)
+		if err != nil {
+			return objstore.ObjectInfo{}, fmt.Errorf("%s %s: %w", m.op, m.key, err)
+		}
+		m.full = full
 
 		if m.ts.mode != ModeOff && !validated {
 			if err := g.validateCommit(ctx, m, ki); err != nil {

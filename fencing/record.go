@@ -17,8 +17,9 @@ import (
 // hold a create, If-None-Match:*).
 const absentBase = "_"
 
-// maxRecordEntries caps a record so that it fits in S3 user metadata next
-// to the caller's own keys (about 45 bytes per entry).
+// maxRecordEntries caps the record kept in a key's metadata so that it
+// fits in S3 user metadata next to the caller's own keys (about 45 bytes
+// per entry); a sweep that must record more spills them (spill.go).
 const maxRecordEntries = 24
 
 // recordEntry says: until At+validity, an old writer may commit
@@ -85,17 +86,14 @@ func (r record) add(etag string, at time.Time) record {
 	return out
 }
 
-// young returns the entries still inside the validity window at now, capped
-// to the newest maxRecordEntries.
+// young returns the entries still inside the validity window at now (a
+// spill marker included while the spill holds a young entry).
 func (r record) young(now time.Time, validity time.Duration) record {
 	var out record
 	for _, e := range r {
 		if now.Before(e.At.Add(validity)) {
 			out = append(out, e)
 		}
-	}
-	if len(out) > maxRecordEntries {
-		out = out[len(out)-maxRecordEntries:]
 	}
 	return out
 }
@@ -129,7 +127,7 @@ type avoidSet map[string]bool
 
 func (a avoidSet) addAll(etags ...string) {
 	for _, e := range etags {
-		if e != "" && e != absentBase {
+		if e != "" && e != absentBase && e != spillMarker {
 			a[objstore.NormalizeETag(e)] = true
 		}
 	}

@@ -304,9 +304,11 @@ func (sw *sweeper) sweepKey(ctx context.Context, si *sweepIntent, t sweepTarget,
 				return fencedErr("sweep", t.key, reason)
 			}
 		}
-		meta, rec, avoid := sw.sweptMeta(t, st, wid)
+		meta, rec, full, avoid, err := sw.sweptMeta(ctx, t, st, wid)
+		if err != nil {
+			return fmt.Errorf("sweeping %s: %w", t.key, err)
+		}
 		var info objstore.ObjectInfo
-		var err error
 		switch {
 		case !st.exists:
 			info, err = sw.putTombstone(ctx, t.key, ts, wid, objstore.Condition{IfNoneMatch: true}, meta)
@@ -331,7 +333,7 @@ func (sw *sweeper) sweepKey(ctx context.Context, si *sweepIntent, t sweepTarget,
 			// a re-run of this one) finishes the key.
 			return fmt.Errorf("sweeping %s: %w", t.key, err)
 		case errors.Is(err, errNoFreshShape):
-			if werr := sw.waitRecordExpiry(ctx, sw.log, sw.validity, rec, avoid); werr != nil {
+			if werr := sw.waitRecordExpiry(ctx, sw.log, sw.validity, full, avoid); werr != nil {
 				return fmt.Errorf("sweeping %s: %w", t.key, err)
 			}
 			continue
@@ -344,14 +346,14 @@ func (sw *sweeper) sweepKey(ctx context.Context, si *sweepIntent, t sweepTarget,
 
 // sweptMeta returns the metadata of the rewrite of t found as st: the
 // user metadata kept, the stamps of write id wid and the ETag-ABA record
-// (rec) naming every base an older writer may hold; avoid holds the ETags
-// the rewrite must not get.
-func (sw *sweeper) sweptMeta(t sweepTarget, st sweepState, wid string) (meta map[string]string, rec record, avoid avoidSet) {
+// naming every base an older writer may hold — rec in the form stored in
+// the metadata (spilled when it outgrows it, spill.go), full with every
+// young entry; avoid holds the ETags the rewrite must not get.
+func (sw *sweeper) sweptMeta(ctx context.Context, t sweepTarget, st sweepState, wid string) (meta map[string]string, rec, full record, avoid avoidSet, err error) {
 	now := sw.now()
-	rec = parseRecord(st.info.Meta[MetaSwept]).young(now, sw.validity)
-	avoid = avoidSet{}
-	for _, e := range rec {
-		avoid.addAll(e.ETag)
+	full, err = sw.expandRecord(ctx, t.key, parseRecord(st.info.Meta[MetaSwept]).young(now, sw.validity), sw.validity)
+	if err != nil {
+		return nil, nil, nil, nil, err
 	}
 	// The bases older writers may commit on are exactly those their
 	// intents name: every commit's base is in its intent before its
@@ -360,12 +362,17 @@ func (sw *sweeper) sweptMeta(t sweepTarget, st sweepState, wid string) (meta map
 	// some intent names it; recording every found ETag would make a later
 	// sweep of a small object run out of shapes.
 	for b := range t.bases {
-		avoid.addAll(b)
-		rec = rec.add(b, now)
+		full = full.add(b, now)
 	}
-	if len(rec) > maxRecordEntries {
-		sw.log.Warn("ETag-ABA record full: dropping the oldest entries", "key", t.key)
-		rec = rec[len(rec)-maxRecordEntries:]
+	avoid = avoidSet{}
+	for _, e := range full {
+		avoid.addAll(e.ETag)
+	}
+	if rec, err = sw.storeRecord(ctx, t.key, full); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if len(rec) < len(full) {
+		sw.log.Info("ETag-ABA record spilled: more bases than the metadata holds", "key", t.key, "entries", len(full))
 	}
 	meta = map[string]string{}
 	for k, v := range st.info.Meta {
@@ -378,7 +385,7 @@ func (sw *sweeper) sweptMeta(t sweepTarget, st sweepState, wid string) (meta map
 	if st.exists && !isTombstone(st.info) {
 		meta[MetaSweptFrom] = st.etag()
 	}
-	return meta, rec, avoid
+	return meta, rec, full, avoid, nil
 }
 
 // errNoFreshShape: no upload shape gives the content an ETag outside the
