@@ -390,6 +390,7 @@ func (g *Guard) latchFencedLocked(token uint64, claim, reason string) {
 	g.state = StateFenced
 	g.reason = reason
 	g.broadcast()
+	g.intents.releaseFenced(token, claim)
 	g.log.Warn("fenced: refusing every mutation from now on", "reason", reason, "token", token, "holder", g.holder)
 }
 

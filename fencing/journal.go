@@ -150,7 +150,6 @@ func (ij *intentJournal) writeJournal(r *batchRun[error]) error {
 	if err != nil {
 		if errors.Is(err, ErrFenced) && w.jr.dead == nil {
 			w.jr.dead = err
-			ij.releaseWhenIdle(w.jr)
 		}
 		return err
 	}

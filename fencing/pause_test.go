@@ -93,7 +93,10 @@ func takeoverRound(t *testing.T, ctx context.Context, s objstore.Store, domain s
 		hooks.AfterValidate = func(context.Context, string) { jitter() }
 	}
 	cfg := func(mode Mode, holder string, h Hooks) Config {
-		return Config{Mode: mode, Domain: domain, Holder: holder, Hooks: h, IntentLinger: time.Hour}
+		// A paused writer never releases its journal: a short grace keeps
+		// the hundreds of rounds within the test's budget (what the grace
+		// buys is tested in release_test.go).
+		return Config{Mode: mode, Domain: domain, Holder: holder, Hooks: h, IntentLinger: time.Hour, ReleaseGrace: 100 * time.Millisecond}
 	}
 	a, err := New(s, cfg(aMode, fmt.Sprintf("A%d", round), hooks))
 	if err != nil {

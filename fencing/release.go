@@ -15,9 +15,9 @@ package fencing
 // over unchanged content, and a later takeover would have to wait for the
 // record to expire.
 //
-// So a Guard that learns its journal was sealed or removed (its next
-// journal write fails: it is latched fenced, admits no mutation any more)
-// waits for its mutations in flight to end and then writes a release,
+// So a Guard that learns it is fenced (a journal write fails on the seal,
+// or a register read shows a newer epoch: it latches fenced and admits no
+// mutation any more) waits for its mutations in flight to end and then writes a release,
 // released/<N>/<claim>-<id> (created once, If-None-Match), naming the
 // entries whose outcome stayed unknown (the journal's orphans): only those
 // may still land. A sweep waits a short grace for the releases of the
@@ -51,11 +51,19 @@ func (l layout) releaseOf(journal string) string {
 	return l.base + releasedDir + strings.TrimPrefix(journal, l.base+intentsDir)
 }
 
-// releaseWhenIdle writes the release of jr once its Guard, latched fenced in
-// jr's binding, has no mutation in flight. Nothing is written when the
-// Guard rebinds or closes first (the old binding's intents may then be
-// incomplete: binders keep every entry of the journal).
-func (ij *intentJournal) releaseWhenIdle(jr *journal) {
+// releaseFenced writes, in the background, the release of the journal of
+// binding (token, claim) once the Guard, latched fenced in it, has no
+// mutation in flight. Nothing is written when the Guard rebinds or closes
+// first (the old binding's intents may then be incomplete: binders keep
+// every entry of the journal). LOCKS_REQUIRED(Guard.mu): the latch calls
+// it. LOCKS_EXCLUDED(ij.mu)
+func (ij *intentJournal) releaseFenced(token uint64, claim string) {
+	ij.mu.Lock()
+	jr := ij.jr
+	ij.mu.Unlock()
+	if jr == nil || jr.epoch != token || jr.claim != claim {
+		return
+	}
 	ij.wg.Add(1)
 	go func() {
 		defer ij.wg.Done()
