@@ -415,6 +415,7 @@ func (n *fileNode) truncateAt(ctx context.Context, size int64, atOpen bool) erro
 	if err := n.fsys.checkWritable("truncate"); err != nil {
 		return err
 	}
+	key, _ := n.key()
 	n.cmu.Lock()
 	defer n.cmu.Unlock()
 	n.dropSpentStageLocked()
