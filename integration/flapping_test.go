@@ -4,8 +4,8 @@ package integration
 // keeps its log open, a status file rewritten with the same bytes, an old
 // leader frozen in the middle of a commit, and a hundred takeovers of one
 // small key whose content cycles through two byte strings while an old
-// writer's commit is held back from the first epoch. Every bind must return
-// at once (the ETag-ABA record must never make a takeover wait), and no
+// writer's commit is held back from the first epoch — on the gateway and
+// on MinIO (whose deletes are tombstones). Every bind must return at once (the ETag-ABA record must never make a takeover wait), and no
 // stale write may land.
 
 import (
@@ -83,80 +83,82 @@ const bindLimit = 20 * time.Second
 // bind returns at once; the appends of the fenced side fail at close with
 // EROFS and never reach the bucket; the leader's land.
 func TestFailbackWhileAnApplicationKeepsItsLogOpenBindsAtOnce(t *testing.T) {
-	gw := gateway.ForTest(t)
-	bucket := gateway.NewBucket(t, gw)
-	b := harness.Mount(t, gw, bucket, "--token", "2", "--holder", "B")
-	c := harness.Mount(t, gw, bucket, "--holder", "C", "--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s")
-	if err := os.WriteFile(b.Path("app.log"), []byte("started\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bLog := appendOpen(t, b.Path("app.log"), "B epoch 2 pending\n")
-	t.Logf("C takes over in %v", bindWithin(t, c, 3, bindLimit))
-	cLog := appendOpen(t, c.Path("app.log"), "C epoch 3 pending\n")
-	t.Logf("B fails back in %v", bindWithin(t, b, 4, bindLimit))
-	if err := cLog.Close(); !errors.Is(err, syscall.EROFS) {
-		t.Errorf("the fenced C's close of app.log = %v, want EROFS", err)
-	}
-	// B's handle was opened while it led before; now it leads again and
-	// nobody changed app.log in between: its append lands.
-	if err := bLog.Close(); err != nil {
-		t.Fatalf("B's close of app.log after failing back: %v; its log:\n%s", err, b.Log())
-	}
-	bLog = appendOpen(t, b.Path("app.log"), "B epoch 4 pending\n")
-	t.Logf("C takes over again in %v", bindWithin(t, c, 5, bindLimit))
-	if err := bLog.Close(); !errors.Is(err, syscall.EROFS) {
-		t.Errorf("the fenced B's close of app.log = %v, want EROFS", err)
-	}
-	if err := writeClose(c.Path("app.log"), os.O_WRONLY|os.O_APPEND, []byte("C epoch 5\n")); err != nil {
-		t.Fatalf("C appends as leader: %v", err)
-	}
-	want := "started\nB epoch 2 pending\nC epoch 5\n"
-	if got := readObject(t, gw, bucket, "app.log"); string(got.body) != want || got.epoch != "5" {
-		t.Fatalf("app.log in the bucket = %q (epoch %s), want %q (epoch 5)", got.body, got.epoch, want)
-	}
-	noStall(t, b, c)
+	gateway.ForEachServer(t, gateway.AllServers, func(t *testing.T, gw *gateway.Gateway) {
+		bucket := gateway.NewBucket(t, gw)
+		b := harness.Mount(t, gw, bucket, "--token", "2", "--holder", "B")
+		c := harness.Mount(t, gw, bucket, "--holder", "C", "--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s")
+		if err := os.WriteFile(b.Path("app.log"), []byte("started\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		bLog := appendOpen(t, b.Path("app.log"), "B epoch 2 pending\n")
+		t.Logf("C takes over in %v", bindWithin(t, c, 3, bindLimit))
+		cLog := appendOpen(t, c.Path("app.log"), "C epoch 3 pending\n")
+		t.Logf("B fails back in %v", bindWithin(t, b, 4, bindLimit))
+		if err := cLog.Close(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("the fenced C's close of app.log = %v, want EROFS", err)
+		}
+		// B's handle was opened while it led before; now it leads again and
+		// nobody changed app.log in between: its append lands.
+		if err := bLog.Close(); err != nil {
+			t.Fatalf("B's close of app.log after failing back: %v; its log:\n%s", err, b.Log())
+		}
+		bLog = appendOpen(t, b.Path("app.log"), "B epoch 4 pending\n")
+		t.Logf("C takes over again in %v", bindWithin(t, c, 5, bindLimit))
+		if err := bLog.Close(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("the fenced B's close of app.log = %v, want EROFS", err)
+		}
+		if err := writeClose(c.Path("app.log"), os.O_WRONLY|os.O_APPEND, []byte("C epoch 5\n")); err != nil {
+			t.Fatalf("C appends as leader: %v", err)
+		}
+		want := "started\nB epoch 2 pending\nC epoch 5\n"
+		if got := readObject(t, gw, bucket, "app.log"); string(got.body) != want || got.epoch != "5" {
+			t.Fatalf("app.log in the bucket = %q (epoch %s), want %q (epoch 5)", got.body, got.epoch, want)
+		}
+		noStall(t, b, c)
+	})
 }
 
 // TestFlappingOverAFileRewrittenWithTheSameBytesBindsAtOnce: two mounts
 // take turns 30 times; each new leader rewrites status.txt with the same
 // bytes while the other still has it open and dirty with the same bytes.
 func TestFlappingOverAFileRewrittenWithTheSameBytesBindsAtOnce(t *testing.T) {
-	gw := gateway.ForTest(t)
-	bucket := gateway.NewBucket(t, gw)
-	noCache := []string{"--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s"}
-	m := [2]*harness.FS{
-		harness.Mount(t, gw, bucket, append([]string{"--token", "1", "--holder", "A"}, noCache...)...),
-		harness.Mount(t, gw, bucket, append([]string{"--holder", "B"}, noCache...)...),
-	}
-	const status = "state: ok\n"
-	if err := os.WriteFile(m[0].Path("status.txt"), []byte(status), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var slowest time.Duration
-	for round := 0; round < 30; round++ {
-		old, next := m[round%2], m[(round+1)%2]
-		f, err := os.OpenFile(old.Path("status.txt"), os.O_WRONLY|os.O_TRUNC, 0)
-		if err != nil {
-			t.Fatalf("round %d: the old leader opens status.txt: %v", round, err)
+	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
+		bucket := gateway.NewBucket(t, gw)
+		noCache := []string{"--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s"}
+		m := [2]*harness.FS{
+			harness.Mount(t, gw, bucket, append([]string{"--token", "1", "--holder", "A"}, noCache...)...),
+			harness.Mount(t, gw, bucket, append([]string{"--holder", "B"}, noCache...)...),
 		}
-		if _, err := f.WriteString(status); err != nil {
+		const status = "state: ok\n"
+		if err := os.WriteFile(m[0].Path("status.txt"), []byte(status), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if d := bindWithin(t, next, uint64(round+2), bindLimit); d > slowest {
-			slowest = d
+		var slowest time.Duration
+		for round := 0; round < 30; round++ {
+			old, next := m[round%2], m[(round+1)%2]
+			f, err := os.OpenFile(old.Path("status.txt"), os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatalf("round %d: the old leader opens status.txt: %v", round, err)
+			}
+			if _, err := f.WriteString(status); err != nil {
+				t.Fatal(err)
+			}
+			if d := bindWithin(t, next, uint64(round+2), bindLimit); d > slowest {
+				slowest = d
+			}
+			if err := f.Close(); err != nil && !errors.Is(err, syscall.EROFS) {
+				t.Errorf("round %d: the fenced leader's close = %v, want EROFS or success", round, err)
+			}
+			if err := writeClose(next.Path("status.txt"), os.O_WRONLY|os.O_TRUNC, []byte(status)); err != nil {
+				t.Fatalf("round %d: the new leader rewrites status.txt: %v; its log:\n%s", round, err, next.Log())
+			}
 		}
-		if err := f.Close(); err != nil && !errors.Is(err, syscall.EROFS) {
-			t.Errorf("round %d: the fenced leader's close = %v, want EROFS or success", round, err)
+		t.Logf("slowest bind %v", slowest)
+		if got := readObject(t, gw, bucket, "status.txt"); string(got.body) != status || got.epoch != "31" {
+			t.Fatalf("status.txt = %q (epoch %s), want %q (epoch 31)", got.body, got.epoch, status)
 		}
-		if err := writeClose(next.Path("status.txt"), os.O_WRONLY|os.O_TRUNC, []byte(status)); err != nil {
-			t.Fatalf("round %d: the new leader rewrites status.txt: %v; its log:\n%s", round, err, next.Log())
-		}
-	}
-	t.Logf("slowest bind %v", slowest)
-	if got := readObject(t, gw, bucket, "status.txt"); string(got.body) != status || got.epoch != "31" {
-		t.Fatalf("status.txt = %q (epoch %s), want %q (epoch 31)", got.body, got.epoch, status)
-	}
-	noStall(t, m[0], m[1])
+		noStall(t, m[0], m[1])
+	})
 }
 
 // TestHundredTakeoversOfOneSmallKeyWithAHeldCommitNeverStall: writer W
@@ -166,75 +168,76 @@ func TestFlappingOverAFileRewrittenWithTheSameBytesBindsAtOnce(t *testing.T) {
 // old leader still has it open and dirty. Every bind returns at once; when
 // W is finally released its commit is refused (EROFS) and never lands.
 func TestHundredTakeoversOfOneSmallKeyWithAHeldCommitNeverStall(t *testing.T) {
-	gw := gateway.ForTest(t)
-	bucket := gateway.NewBucket(t, gw)
-	pause := filepath.Join(t.TempDir(), "pause")
-	noCache := []string{"--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s"}
-	w := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
-		Env: []string{"FENCEFS_FAILPOINTS=after-validate=pause-file:" + pause}},
-		append([]string{"--token", "1", "--holder", "W"}, noCache...)...)
-	contents := []string{"X: the first of two byte strings\n", "Y: the second one\n"}
-	if err := os.WriteFile(w.Path("log.txt"), []byte(contents[0]), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pause, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	held := make(chan error, 1)
-	go func() {
-		held <- writeClose(w.Path("log.txt"), os.O_WRONLY|os.O_TRUNC, []byte("W: stale, held since epoch 1\n"))
-	}()
-	waitPaused(t, pause, held)
-
-	m := [2]*harness.FS{
-		harness.Mount(t, gw, bucket, append([]string{"--holder", "A"}, noCache...)...),
-		harness.Mount(t, gw, bucket, append([]string{"--holder", "B"}, noCache...)...),
-	}
-	const rounds = 100
-	start := time.Now()
-	var slowest time.Duration
-	var open *os.File // the outgoing leader's dirty handle
-	for r := 0; r < rounds; r++ {
-		next := m[r%2]
-		if d := bindWithin(t, next, uint64(r+2), bindLimit); d > slowest {
-			slowest = d
-		}
-		if open != nil {
-			if err := open.Close(); !errors.Is(err, syscall.EROFS) {
-				t.Errorf("round %d: the fenced leader's close = %v, want EROFS", r, err)
-			}
-		}
-		body := contents[r%2]
-		if err := writeClose(next.Path("log.txt"), os.O_WRONLY|os.O_TRUNC, []byte(body)); err != nil {
-			t.Fatalf("round %d: the new leader writes log.txt: %v; its log:\n%s", r, err, next.Log())
-		}
-		f, err := os.OpenFile(next.Path("log.txt"), os.O_WRONLY|os.O_TRUNC, 0)
-		if err != nil {
-			t.Fatalf("round %d: reopen log.txt: %v", r, err)
-		}
-		if _, err := f.WriteString(contents[(r+1)%2]); err != nil {
+	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
+		bucket := gateway.NewBucket(t, gw)
+		pause := filepath.Join(t.TempDir(), "pause")
+		noCache := []string{"--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s"}
+		w := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
+			Env: []string{"FENCEFS_FAILPOINTS=after-validate=pause-file:" + pause}},
+			append([]string{"--token", "1", "--holder", "W"}, noCache...)...)
+		contents := []string{"X: the first of two byte strings\n", "Y: the second one\n"}
+		if err := os.WriteFile(w.Path("log.txt"), []byte(contents[0]), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		open = f
-	}
-	if err := open.Close(); err != nil {
-		t.Errorf("the last leader's close: %v", err)
-	}
-	t.Logf("%d takeovers in %v, slowest bind %v", rounds, time.Since(start), slowest)
-	if err := os.Remove(pause); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-held:
-		if !errors.Is(err, syscall.EROFS) {
-			t.Errorf("the held commit of epoch 1 returned %v, want EROFS", err)
+		if err := os.WriteFile(pause, nil, 0o644); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("the held commit never returned")
-	}
-	want := contents[rounds%2]
-	if got := readObject(t, gw, bucket, "log.txt"); string(got.body) != want || got.epoch != fmt.Sprint(rounds+1) {
-		t.Fatalf("log.txt = %q (epoch %s), want %q (epoch %d)", got.body, got.epoch, want, rounds+1)
-	}
-	noStall(t, w, m[0], m[1])
+		held := make(chan error, 1)
+		go func() {
+			held <- writeClose(w.Path("log.txt"), os.O_WRONLY|os.O_TRUNC, []byte("W: stale, held since epoch 1\n"))
+		}()
+		waitPaused(t, pause, held)
+
+		m := [2]*harness.FS{
+			harness.Mount(t, gw, bucket, append([]string{"--holder", "A"}, noCache...)...),
+			harness.Mount(t, gw, bucket, append([]string{"--holder", "B"}, noCache...)...),
+		}
+		const rounds = 100
+		start := time.Now()
+		var slowest time.Duration
+		var open *os.File // the outgoing leader's dirty handle
+		for r := 0; r < rounds; r++ {
+			next := m[r%2]
+			if d := bindWithin(t, next, uint64(r+2), bindLimit); d > slowest {
+				slowest = d
+			}
+			if open != nil {
+				if err := open.Close(); !errors.Is(err, syscall.EROFS) {
+					t.Errorf("round %d: the fenced leader's close = %v, want EROFS", r, err)
+				}
+			}
+			body := contents[r%2]
+			if err := writeClose(next.Path("log.txt"), os.O_WRONLY|os.O_TRUNC, []byte(body)); err != nil {
+				t.Fatalf("round %d: the new leader writes log.txt: %v; its log:\n%s", r, err, next.Log())
+			}
+			f, err := os.OpenFile(next.Path("log.txt"), os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatalf("round %d: reopen log.txt: %v", r, err)
+			}
+			if _, err := f.WriteString(contents[(r+1)%2]); err != nil {
+				t.Fatal(err)
+			}
+			open = f
+		}
+		if err := open.Close(); err != nil {
+			t.Errorf("the last leader's close: %v", err)
+		}
+		t.Logf("%d takeovers in %v, slowest bind %v", rounds, time.Since(start), slowest)
+		if err := os.Remove(pause); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-held:
+			if !errors.Is(err, syscall.EROFS) {
+				t.Errorf("the held commit of epoch 1 returned %v, want EROFS", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("the held commit never returned")
+		}
+		want := contents[rounds%2]
+		if got := readObject(t, gw, bucket, "log.txt"); string(got.body) != want || got.epoch != fmt.Sprint(rounds+1) {
+			t.Fatalf("log.txt = %q (epoch %s), want %q (epoch %d)", got.body, got.epoch, want, rounds+1)
+		}
+		noStall(t, w, m[0], m[1])
+	})
 }
