@@ -238,7 +238,10 @@ func (g *Guard) run(ctx context.Context, m *mutation, commit commitFunc) (objsto
 		info, err := commit(ctx, baseCondition(m.base), m.base, rec)
 		res, next, known, rerr := g.commitOutcome(ctx, m, info, err)
 		if next == nil {
-			definitive = known
+			// An attempt whose response was lost may still be applied
+			// later, whatever the final result: its entry stays for the
+			// next sweep (an orphan), and no release drops it.
+			definitive = known && !objstore.HadUncertainAttempt(ctx)
 			return res, rerr
 		}
 		if err := rebase(*next); err != nil {

@@ -19,8 +19,10 @@ package fencing
 // or a register read shows a newer epoch: it latches fenced and admits no
 // mutation any more) waits for its mutations in flight to end and then writes a release,
 // released/<N>/<claim>-<id> (created once, If-None-Match), naming the
-// entries whose outcome stayed unknown (the journal's orphans): only those
-// may still land. A sweep waits a short grace for the releases of the
+// entries whose outcome stayed unknown (the journal's orphans, which
+// include every commit one of whose attempts lost its response, even if a
+// later attempt settled it): only those may still land. A journal already
+// swept and deleted gets no release. A sweep waits a short grace for the releases of the
 // journals it sealed that name entries, and takes from each release it
 // finds the entries that remain; a journal without a release (its owner
 // frozen, dead or slow) keeps every entry, as before.
@@ -88,6 +90,11 @@ func (ij *intentJournal) releaseFenced(token uint64, claim string) {
 			keys = append(keys, intentEntry{Key: k, Bases: sortedKeys(jr.orphans[k])})
 		}
 		ij.mu.Unlock()
+		if _, _, err := ij.readIntent(ctx, jr.name); err != nil {
+			// Swept and deleted already (nobody needs the release), or
+			// unreadable: write nothing.
+			return
+		}
 		doc := intentDoc{Format: FormatVersion, Epoch: jr.epoch, ClaimID: jr.claim, Keys: keys, Written: ij.now(), Released: true}
 		name := ij.lay.releaseOf(jr.name)
 		if _, err := ij.putJSON(ctx, name, doc, objstore.Condition{IfNoneMatch: true}); err != nil && !errors.Is(err, objstore.ErrPrecondition) {

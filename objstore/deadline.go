@@ -14,6 +14,7 @@ type budgetKey struct{}
 type budget struct {
 	deadline    time.Time
 	unreachable *atomic.Bool // shared by nested budgets of one operation
+	uncertain   *atomic.Bool // likewise; see MarkUncertainAttempt
 }
 
 // WithRetryDeadline returns a context under which a Store retries transient
@@ -33,9 +34,9 @@ func WithRetryDeadline(ctx context.Context, t time.Time) context.Context {
 	if ok && !t.Before(old.deadline) {
 		return ctx
 	}
-	b := &budget{deadline: t, unreachable: new(atomic.Bool)}
+	b := &budget{deadline: t, unreachable: new(atomic.Bool), uncertain: new(atomic.Bool)}
 	if ok {
-		b.unreachable = old.unreachable
+		b.unreachable, b.uncertain = old.unreachable, old.uncertain
 	}
 	return context.WithValue(ctx, budgetKey{}, b)
 }
@@ -63,4 +64,22 @@ func MarkUnreachable(ctx context.Context) {
 func FoundUnreachable(ctx context.Context) bool {
 	b, ok := ctx.Value(budgetKey{}).(*budget)
 	return ok && b.unreachable.Load()
+}
+
+// MarkUncertainAttempt records that a write attempt of the operation of ctx
+// (see WithRetryDeadline) ended without a certain outcome — its response
+// was lost — so that, whatever the operation's final result, that attempt
+// may still be applied later by the server. Stores call it; a no-op
+// without a retry deadline in ctx.
+func MarkUncertainAttempt(ctx context.Context) {
+	if b, ok := ctx.Value(budgetKey{}).(*budget); ok {
+		b.uncertain.Store(true)
+	}
+}
+
+// HadUncertainAttempt reports whether MarkUncertainAttempt was called for
+// the operation of ctx.
+func HadUncertainAttempt(ctx context.Context) bool {
+	b, ok := ctx.Value(budgetKey{}).(*budget)
+	return ok && b.uncertain.Load()
 }

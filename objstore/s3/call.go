@@ -52,6 +52,9 @@ func (s *Store) call(ctx context.Context, op string, write bool, fn func(ctx con
 		var oe *opError
 		if !errors.As(err, &oe) {
 			// A context error: the call is abandoned.
+			if write {
+				objstore.MarkUncertainAttempt(ctx)
+			}
 			return s.final(err, uncertain, attempt+1)
 		}
 		if oe.answered {
@@ -62,8 +65,11 @@ func (s *Store) call(ctx context.Context, op string, write bool, fn func(ctx con
 				objstore.MarkUnreachable(ctx)
 			}
 		}
-		if write && !oe.certain && uncertain == nil {
-			uncertain = err
+		if write && !oe.certain {
+			objstore.MarkUncertainAttempt(ctx)
+			if uncertain == nil {
+				uncertain = err
+			}
 		}
 		if !oe.retryable() || s.maxRetries >= 0 && attempt >= s.maxRetries {
 			return s.final(err, uncertain, attempt+1)

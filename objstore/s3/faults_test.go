@@ -319,6 +319,34 @@ func TestLostResponses(t *testing.T) {
 	}
 }
 
+// TestALostResponseMarksItsOperationEvenWhenTheRetrySucceeds: an attempt
+// whose response was lost may still be applied later, whatever the final
+// result of the write; the fencing layer keeps such a commit's intent for
+// the next sweep, so the store must say so (HadUncertainAttempt).
+func TestALostResponseMarksItsOperationEvenWhenTheRetrySucceeds(t *testing.T) {
+	p, s, _ := faultStores(t, 0)
+	ctx := ctxT(t)
+	clean := objstore.WithRetryDeadline(ctx, time.Now().Add(time.Minute))
+	if _, err := put(clean, s, "m1", "data", objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if objstore.HadUncertainAttempt(clean) {
+		t.Fatal("a put answered at once is marked uncertain")
+	}
+	lost := objstore.WithRetryDeadline(ctx, time.Now().Add(time.Minute))
+	f := &fault{method: "PUT", action: "drop"}
+	p.add(f)
+	if _, err := put(lost, s, "m2", "data", objstore.PutOptions{}); err != nil {
+		t.Fatalf("the retried put: %v", err)
+	}
+	if p.hits(f) != 1 {
+		t.Fatal("the fault was not injected")
+	}
+	if !objstore.HadUncertainAttempt(lost) {
+		t.Fatal("a put retried to success after a lost response is not marked uncertain")
+	}
+}
+
 func wantBody(t *testing.T, ctx context.Context, s objstore.Store, key, want string) {
 	t.Helper()
 	got, _ := storetest.ReadAll(t, ctx, s, key, objstore.GetOptions{})
