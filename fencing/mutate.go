@@ -333,6 +333,14 @@ func (g *Guard) resolveTransient(ctx context.Context, m *mutation, err error) (i
 		case outcomeOurs, outcomeGone:
 			info, _, rerr := g.resolveFailed(ctx, m, cur, exists)
 			return info, true, rerr
+		case outcomeFenced:
+			// A newer epoch wrote the key: the lost attempt, conditioned
+			// on our base, lands only if that base comes back, which the
+			// newer epoch's ETag-ABA record prevents as long as our
+			// journal keeps the entry (not definitive: it stays an
+			// orphan). The caller is fenced, not in doubt.
+			_, _, rerr := g.resolveFailed(ctx, m, cur, exists)
+			return objstore.ObjectInfo{}, false, rerr
 		}
 	}
 	g.met.outcome(m.op, "unknown")

@@ -3,10 +3,13 @@ package fencing
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencefs/fencefs/objstore"
+	"github.com/fencefs/fencefs/objstore/memstore"
 )
 
 // TestASealedOwnerThatIsAliveReleasesItsSettledEntries: A committed k and
@@ -90,4 +93,53 @@ func sealed(ctx context.Context, s objstore.Store, a *Guard) bool {
 		return true // swept already
 	}
 	return err == nil && d.Sealed != nil
+}
+
+// TestALostCommitOnAKeyANewerEpochWroteIsFenced: A's commit of k loses its
+// response (the store cannot say whether it was applied) while epoch 2
+// takes over and writes k. A is fenced (ErrFenced, EROFS at the mount),
+// not in doubt (EIO): the lost attempt can land only if A's base comes
+// back, which epoch 2's record prevents for as long as A's journal keeps
+// the entry — and it does, as an orphan that no release drops.
+func TestALostCommitOnAKeyANewerEpochWroteIsFenced(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, a, 1)
+	base, err := gput(ctx, a, "lost/k", "v1", Version{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newGuard(t, s, Config{Holder: "B", ReleaseGrace: -1})
+	var once sync.Once
+	s.SetHook(func(hctx context.Context, ev memstore.Event) error {
+		if ev.Phase != memstore.PhaseBefore || ev.Op != memstore.OpPut || ev.Key != "lost/k" || hctx.Value(holderKey{}) != "A" {
+			return nil
+		}
+		var hookErr error
+		once.Do(func() {
+			bind(t, ctx, b, 2)
+			if _, err := gput(ctx, b, "lost/k", "B's", VersionOf(readInfo(t, ctx, s, "lost/k"))); err != nil {
+				t.Errorf("B's write: %v", err)
+			}
+			hookErr = fmt.Errorf("%w: connection reset (test)", objstore.ErrUnavailable)
+		})
+		return hookErr
+	})
+	_, err = gput(context.WithValue(ctx, holderKey{}, "A"), a, "lost/k", "A's late", VersionOf(base))
+	mustFenced(t, "A's commit whose response was lost after epoch 2 wrote the key", err, "")
+	a.intents.mu.Lock()
+	orphan := a.intents.jr != nil && a.intents.jr.orphans["lost/k"] != nil
+	a.intents.mu.Unlock()
+	if !orphan {
+		t.Error("A's journal no longer names the lost commit's base: a release would drop it")
+	}
+}
+
+type holderKey struct{}
+
+func readInfo(t *testing.T, ctx context.Context, s objstore.Store, key string) objstore.ObjectInfo {
+	t.Helper()
+	_, info, _ := read(t, ctx, s, key)
+	return info
 }
