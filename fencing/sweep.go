@@ -410,7 +410,7 @@ func (o objects) waitRecordExpiry(ctx context.Context, log *slog.Logger, validit
 	if d < 10*time.Millisecond {
 		d = 10 * time.Millisecond
 	}
-	log.Warn("waiting for an ETag-ABA record to expire before rewriting", "wait", d)
+	log.Warn("waiting for an ETag-ABA record to expire before rewriting: older writers frozen or unanswered mid-commit hold every ETag this content can have", "wait", d, "bases", len(avoid))
 	return ctxsleep.Sleep(ctx, d)
 }
 
