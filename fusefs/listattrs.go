@@ -29,6 +29,8 @@ package fusefs
 // so a subdirectory's lookup still costs its marker's HEAD and a LIST.
 
 import (
+	"time"
+
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
 )
@@ -52,7 +54,8 @@ func listedVersion(e objstore.Entry) (resolved, bool) {
 // the name, if any (ok false: none, the listing already refreshed the
 // name's node or confirmed its version, or the name is a directory that a
 // lookup resolves by itself).
-func (d *dirNode) listedItem(name string, e objstore.Entry) (mode uint32, pre prefetchItem, ok bool) {
+// The listing started at listed.
+func (d *dirNode) listedItem(name string, e objstore.Entry, listed time.Time) (mode uint32, pre prefetchItem, ok bool) {
 	r, known := listedVersion(e)
 	if !known {
 		return guessMode(e.Size), prefetchItem{name: name, key: e.Key}, !d.confirmListed(name, e)
@@ -60,8 +63,52 @@ func (d *dirNode) listedItem(name string, e objstore.Entry) (mode uint32, pre pr
 	if r.kind == kindDir {
 		return kindDir, prefetchItem{}, false
 	}
-	if d.reuseChild(name, r) != nil {
+	if d.adoptListed(name, r, listed) {
 		return r.kind, prefetchItem{}, false
 	}
 	return r.kind, prefetchItem{name: name, key: e.Key, listed: &r}, true
+}
+
+// adoptListed gives the existing child at name the version r of a listing
+// started at listed, and reports whether the child took it or keeps a
+// version of its own: one fetched or committed by this mount since the
+// listing started (newer than what the listing saw), or one local state
+// pins (open handles, uncommitted changes). false: there is no child of
+// r's kind at name.
+func (d *dirNode) adoptListed(name string, r resolved, listed time.Time) bool {
+	ch := d.GetChild(name)
+	if ch == nil {
+		return false
+	}
+	var b *nodeBase
+	pinned := func() bool { return false }
+	switch n := ch.Operations().(type) {
+	case *fileNode:
+		if r.kind != kindFile {
+			return false
+		}
+		b, pinned = &n.nodeBase, n.localStateLocked
+	case *symlinkNode:
+		if r.kind != kindSymlink {
+			return false
+		}
+		b, pinned = &n.nodeBase, func() bool { return n.unlinked }
+	case *specialNode:
+		if r.kind != n.kind {
+			return false
+		}
+		b, pinned = &n.nodeBase, func() bool { return n.unlinked }
+	default:
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if pinned() || b.fetched.After(listed) {
+		return true
+	}
+	b.setInfoLocked(r.info)
+	if n, ok := ch.Operations().(*fileNode); ok {
+		n.size = r.info.Size
+	}
+	return true
 }

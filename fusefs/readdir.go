@@ -151,7 +151,7 @@ func (d *dirNode) list(ctx context.Context, prefix string) ([]fuse.DirEntry, err
 		if !live[i] {
 			continue
 		}
-		mode, it, ok := d.listedItem(c.name, c.entry)
+		mode, it, ok := d.listedItem(c.name, c.entry, listed)
 		out = append(out, fuse.DirEntry{Name: c.name, Mode: mode})
 		if ok {
 			pre = append(pre, it)

@@ -101,6 +101,8 @@ func run(t *testing.T, name string, args ...string) string {
 // elsewhere (the Versity gateway) the HEADs are sent. On every server what
 // the mount shows after a listing equals what a second fresh mount shows
 // from a HEAD of each name, and find -type f lists only the regular files.
+// Once the mount's cache expired, a second listing refreshes what the first
+// made, again without a HEAD where it carries metadata.
 func TestAListingThatCarriesMetadataAnswersEveryStat(t *testing.T) {
 	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
 		testListingAnswersStats(t, gw, gw.Kind != gateway.Versity)
@@ -140,6 +142,25 @@ func testListingAnswersStats(t *testing.T, gw *gateway.Gateway, listsMetadata bo
 	}
 	if !listsMetadata && heads == 0 {
 		t.Errorf("no HEAD request on a server whose listings carry no metadata: the count measures nothing")
+	}
+
+	// Once the mount's cache has expired (meta_ttl, 5 s by default), a
+	// listing again refreshes the nodes the first one made, without a HEAD.
+	time.Sleep(6 * time.Second)
+	if _, err := os.Stat(a.Path("d")); err != nil { // the directory's own lookup
+		t.Fatal(err)
+	}
+	before = headRequests(t, addr)
+	run(t, "ls", "-l", a.Path("d"))
+	for _, n := range names {
+		if got := statLine(t, a.Path("d", n)); got != listed[n] {
+			t.Errorf("%s after a second listing: %s; after the first: %s", n, got, listed[n])
+		}
+	}
+	again := headRequests(t, addr) - before
+	t.Logf("ls -l and stat once the cache expired: %d HEAD requests", again)
+	if listsMetadata && again != 0 {
+		t.Errorf("%d HEAD requests after a listing that refreshed every node; want 0", again)
 	}
 
 	if want := "big fifo link plain size128 small"; strings.Join(names, " ") != want {
