@@ -16,9 +16,10 @@ package fusefs
 //     no stat, a FIFO is never listed as a file);
 //   - the listed version becomes the node that holds the name, as a
 //     lookup's HEAD would make it (unless local state pins the node: open
-//     handles, uncommitted changes; see fileNode.update), or, when there
-//     is no such node, the answer to the name's next lookup: a prefetch
-//     that is already done (prefetch.go).
+//     handles, uncommitted changes; or the node's version was fetched or
+//     committed after the listing started, so is newer: adoptListed), or,
+//     when there is no such node, the answer to the name's next lookup: a
+//     prefetch that is already done (prefetch.go).
 //
 // Either way it is trusted for as long as a HEAD's answer would be
 // (MetaCacheTTL, LeaderCacheTTL for one fetched while leading:
