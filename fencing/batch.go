@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // batch shares one run of an operation among every caller that arrives
@@ -25,7 +26,29 @@ type batchRun[R any] struct {
 	// fixed is set by the operation once what it acts on is fixed (after
 	// that, a caller's later changes are not part of this run).
 	fixed atomic.Bool
+	// waited is set once a caller that waits for the outcome joined (see
+	// joinAs); read by the operation after fixed is set, it is final.
+	waited atomic.Bool
+	// since is when the operation of the earliest waiting caller began
+	// (Unix nanoseconds; joinAs), final like waited.
+	since atomic.Int64
 	res   R // valid once done is closed
+}
+
+// Since returns when the earliest operation waiting for r began.
+func (r *batchRun[R]) Since() time.Time {
+	return time.Unix(0, r.since.Load())
+}
+
+// waitedSince records a waiting caller whose operation began at t.
+func (r *batchRun[R]) waitedSince(t time.Time) {
+	r.waited.Store(true)
+	for n := t.UnixNano(); ; {
+		old := r.since.Load()
+		if old != 0 && old <= n || r.since.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // join returns the run the caller must wait for. With joinUnfixed, that
@@ -33,15 +56,33 @@ type batchRun[R any] struct {
 // on yet; otherwise it is the next run. When no runner exists one is
 // started (counted in wg), calling op for each run in turn.
 func (b *batch[R]) join(wg *sync.WaitGroup, joinUnfixed bool, op func(*batchRun[R]) R) *batchRun[R] {
+	return b.joinAs(wg, joinUnfixed, true, time.Now(), op)
+}
+
+// joinAs is join for a caller that waits for the outcome, whose operation
+// began at since, or (waited false) for background work that a later run
+// can redo: a run that only the latter joined may give up early
+// (batchRun.waited).
+func (b *batch[R]) joinAs(wg *sync.WaitGroup, joinUnfixed, waited bool, since time.Time, op func(*batchRun[R]) R) *batchRun[R] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if cur := b.current; joinUnfixed && cur != nil && !cur.fixed.Load() {
-		return cur
+	if cur := b.current; joinUnfixed && cur != nil {
+		if waited {
+			// Before fixed is read: an operation that fixes after this
+			// read sees waited (a run joined too late keeps it, harmlessly).
+			cur.waitedSince(since)
+		}
+		if !cur.fixed.Load() {
+			return cur
+		}
 	}
 	r := b.pending
 	if r == nil {
 		r = &batchRun[R]{done: make(chan struct{})}
 		b.pending = r
+	}
+	if waited {
+		r.waitedSince(since)
 	}
 	if !b.running {
 		b.running = true

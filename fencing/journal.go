@@ -5,6 +5,8 @@ import (
 	"errors"
 	"maps"
 	"time"
+
+	"github.com/fencefs/fencefs/objstore"
 )
 
 // A strict Guard keeps its intents in one journal object per binding,
@@ -99,13 +101,19 @@ func (jr *journal) doc(seq uint64, live map[string]map[string]bool) intentDoc {
 }
 
 // syncJournal returns once a journal write that started after this call
-// has succeeded. Errors: ErrFenced (sealed or removed by a newer binder;
+// has succeeded. A caller with an objstore.Unwaited ctx (background work
+// that a later write redoes) does not make the write wait for the store to
+// check the storage while it is known down. Errors: ErrFenced (sealed or removed by a newer binder;
 // the Guard latches), ErrUnverified (the journal could not be written or
 // read).
 func (ij *intentJournal) syncJournal(ctx context.Context) error {
 	// A write in progress that has not taken its content yet includes the
 	// caller's change too.
-	err, werr := ij.writes.join(ij.wg, true, ij.writeJournal).wait(ctx)
+	since, ok := objstore.OperationStart(ctx)
+	if !ok {
+		since = time.Now()
+	}
+	err, werr := ij.writes.joinAs(ij.wg, true, !objstore.IsUnwaited(ctx), since, ij.writeJournal).wait(ctx)
 	if werr != nil {
 		return werr
 	}
@@ -124,12 +132,23 @@ type journalWrite struct {
 
 // writeJournal writes the journal's current content (run r).
 func (ij *intentJournal) writeJournal(r *batchRun[error]) error {
-	ctx, cancel := ij.opCtx()
-	defer cancel()
 	w, check, err := ij.fix(r)
 	if err != nil {
 		return err
 	}
+	// Once fixed, r's callers are final. The write is one operation since
+	// the earliest of them began: queued behind another caller whose check
+	// of the storage failed meanwhile, it does not wait for a second one.
+	// Nobody waiting: it does not wait for a check at all, so that a
+	// caller queued behind it is not held up.
+	ctx := ij.bg
+	if r.waited.Load() {
+		ctx = objstore.WithOperationSince(ctx, r.Since())
+	} else {
+		ctx = objstore.Unwaited(ctx)
+	}
+	ctx, cancel := opContext(ctx, ij.timeout)
+	defer cancel()
 	if check {
 		ts := tokenState{mode: ModeStrict, token: w.jr.epoch, claim: w.jr.claim}
 		ij.wg.Add(1)
@@ -249,7 +268,7 @@ func (ij *intentJournal) scheduleTrimLocked() {
 		}
 		ctx, cancel := ij.opCtx()
 		defer cancel()
-		if err := ij.syncJournal(ctx); err != nil {
+		if err := ij.syncJournal(objstore.Unwaited(ctx)); err != nil {
 			ij.log.Debug("trimming the intent journal failed; the next write or sweep handles it", "err", err)
 		}
 	}()

@@ -470,8 +470,10 @@ func (n *fileNode) releaseHandle(h *fileHandle) {
 	}
 	key, _ := n.key()
 	if dirty {
-		// Release cannot report an error: this is the last chance.
-		if err := n.commit(n.fsys.ctx); err != nil {
+		// Release cannot report an error: this is the last chance. Nobody
+		// waits for it: while the storage is known down it fails at once
+		// rather than hold the node (and the journal) for a check.
+		if err := n.commit(objstore.Unwaited(n.fsys.ctx)); err != nil {
 			n.fsys.log.Error("file released with uncommitted changes; they are lost",
 				"key", key, "err", err)
 		}

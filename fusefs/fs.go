@@ -105,7 +105,8 @@ func newFilesystem(opts Options, stageDir string) *filesystem {
 }
 
 // opctx derives the context of one read-only operation (lookup, getattr,
-// read, readdir, readlink). It is cancelled when the mount goes away and,
+// read, readdir, readlink), one objstore.WithOperation: while the storage is
+// known down the call waits for at most one check of it. It is cancelled when the mount goes away and,
 // with Options.HonorInterrupts, when the kernel interrupts the request (the
 // caller then sees EINTR).
 //
@@ -121,19 +122,21 @@ func (fsys *filesystem) opctx(ctx context.Context) (context.Context, context.Can
 	}
 	c, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(fsys.ctx, cancel)
-	return c, func() { stop(); cancel() }
+	return objstore.WithOperation(c), func() { stop(); cancel() }
 }
 
 // mutctx derives the context of a mutation: cancelled only when the mount
 // goes away, never by an interrupt, because an abandoned conditional write
-// has an unknown outcome the caller could not act on. It keeps the caller's
+// has an unknown outcome the caller could not act on. Like opctx it is one
+// objstore.WithOperation. It keeps the caller's
 // identity (uid, gid) for new objects.
 func (fsys *filesystem) mutctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	c := fsys.ctx
 	if caller, ok := fuse.FromContext(ctx); ok {
 		c = fuse.NewContext(c, caller)
 	}
-	return context.WithCancel(c)
+	c, cancel := context.WithCancel(c)
+	return objstore.WithOperation(c), cancel
 }
 
 // checkWritable fails fast, without a round trip, when mutation op cannot

@@ -12,7 +12,8 @@ type budgetKey struct{}
 // operation's retry deadline, and whether the storage was already found
 // unreachable during it.
 type budget struct {
-	deadline    time.Time
+	deadline    time.Time    // zero: none (WithOperation)
+	start       time.Time    // when the operation began
 	unreachable *atomic.Bool // shared by nested budgets of one operation
 	uncertain   *atomic.Bool // likewise; see MarkUncertainAttempt
 }
@@ -31,23 +32,75 @@ type budget struct {
 // known down, instead of each waiting for the store to check again.
 func WithRetryDeadline(ctx context.Context, t time.Time) context.Context {
 	old, ok := ctx.Value(budgetKey{}).(*budget)
-	if ok && !t.Before(old.deadline) {
+	if ok && !old.deadline.IsZero() && !t.Before(old.deadline) {
 		return ctx
 	}
-	b := &budget{deadline: t, unreachable: new(atomic.Bool), uncertain: new(atomic.Bool)}
+	b := &budget{deadline: t, start: time.Now(), unreachable: new(atomic.Bool), uncertain: new(atomic.Bool)}
 	if ok {
-		b.unreachable, b.uncertain = old.unreachable, old.uncertain
+		b.start, b.unreachable = old.start, old.unreachable
+		if !old.deadline.IsZero() {
+			// Nested in a retry budget: one outcome too. Inside a plain
+			// operation (WithOperation) each retry budget has its own.
+			b.uncertain = old.uncertain
+		}
 	}
 	return context.WithValue(ctx, budgetKey{}, b)
+}
+
+// WithOperation returns a context that makes everything done under it one
+// operation, as WithRetryDeadline does, without a retry deadline of its own:
+// once a request of it found the storage unreachable, its later requests
+// fail at once while the storage is still known down. A FUSE call is one
+// operation, so that it waits for the store to check the storage at most
+// once. A context that already has an operation is returned as is.
+func WithOperation(ctx context.Context) context.Context {
+	return WithOperationSince(ctx, time.Now())
+}
+
+// WithOperationSince is WithOperation for work done on behalf of callers
+// that have waited since start (a group commit queued behind another): a
+// store may answer it with what it found out about the storage since then.
+func WithOperationSince(ctx context.Context, start time.Time) context.Context {
+	if _, ok := ctx.Value(budgetKey{}).(*budget); ok {
+		return ctx
+	}
+	return context.WithValue(ctx, budgetKey{}, &budget{start: start, unreachable: new(atomic.Bool), uncertain: new(atomic.Bool)})
+}
+
+// OperationStart returns when the operation of ctx (WithOperation,
+// WithRetryDeadline) began, if it has one.
+func OperationStart(ctx context.Context) (time.Time, bool) {
+	b, ok := ctx.Value(budgetKey{}).(*budget)
+	if !ok {
+		return time.Time{}, false
+	}
+	return b.start, true
 }
 
 // RetryDeadline returns the retry deadline set by WithRetryDeadline, if any.
 func RetryDeadline(ctx context.Context) (time.Time, bool) {
 	b, ok := ctx.Value(budgetKey{}).(*budget)
-	if !ok {
+	if !ok || b.deadline.IsZero() {
 		return time.Time{}, false
 	}
 	return b.deadline, true
+}
+
+type unwaitedKey struct{}
+
+// Unwaited returns a context for work that no caller waits for (a
+// background write that a later one can redo): while the store knows the
+// storage is down, its requests fail at once instead of waiting for the
+// store to check the storage again, so that it never holds up a caller's
+// request queued behind it.
+func Unwaited(ctx context.Context) context.Context {
+	return context.WithValue(ctx, unwaitedKey{}, true)
+}
+
+// IsUnwaited reports whether ctx was made by Unwaited.
+func IsUnwaited(ctx context.Context) bool {
+	v, _ := ctx.Value(unwaitedKey{}).(bool)
+	return v
 }
 
 // MarkUnreachable records, for the operation of ctx (WithRetryDeadline),

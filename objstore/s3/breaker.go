@@ -18,9 +18,11 @@ const (
 	// answer (a reset, an EOF) before the storage counts as down; one
 	// timeout or failed connect is enough.
 	brokenToOpen = 3
-	// probeFresh: a call while the storage is down joins a probe still
-	// running that started at most this long before it arrived, else
-	// starts one.
+	// probeFresh: a call while the storage is down joins a probe that
+	// started at most this long before its operation began (or before it
+	// arrived, without an operation) and is still running or failed at
+	// most probeFresh ago, else starts one. So a FUSE call waits for at
+	// most one probe, also when its request was queued behind another's.
 	probeFresh = 50 * time.Millisecond
 	// probeEvery is the pause between background probes while down.
 	probeEvery = time.Second
@@ -31,13 +33,15 @@ const (
 // broken connections in a row); while it is open a request is not sent:
 // the call first waits for a probe (a HEAD of the bucket, bounded by
 // quick) that started with the call (or joins one that started less than
-// probeFresh before it and is still running), and fails at once with
+// probeFresh before the call's operation began, see probeFresh), and fails at once with
 // ErrUnavailable unless the probe got an answer. So calls fail fast while
 // the storage is down, and the first call after it answers again goes
-// through. Within one operation (objstore.WithRetryDeadline), once a call
-// was refused, the operation's later calls are refused without a probe. A background loop also probes every probeEvery (bounded by
-// slow, for links too slow for quick) and closes the breaker when the
-// storage answers. Any HTTP answer, even an error status, closes it.
+// through. Within one operation (objstore.WithRetryDeadline,
+// WithOperation), once a call was refused, the operation's later calls are
+// refused without a probe; so are the calls of work nobody waits for
+// (objstore.Unwaited). A background loop also probes every probeEvery
+// (bounded by slow, for links too slow for quick) and closes the breaker
+// when the storage answers. Any HTTP answer, even an error status, closes it.
 type breaker struct {
 	probe       func(ctx context.Context) error // nil: the server answered
 	quick, slow time.Duration
@@ -61,15 +65,24 @@ type breaker struct {
 type probeRun struct {
 	start time.Time
 	done  chan struct{}
-	err   error // set before done is closed
+	err   error     // set before done is closed
+	end   time.Time // set before done is closed
 }
 
-func (r *probeRun) finished() bool {
+// joinable reports whether a call at now, of an operation that began then
+// (at now when it has none), may take r's outcome instead of starting a
+// probe: r started at most probeFresh before the operation began, and it
+// is still running or it failed while the operation was under way, at
+// most probeFresh ago.
+func (r *probeRun) joinable(began, now time.Time) bool {
+	if r == nil || r.start.Before(began.Add(-probeFresh)) {
+		return false
+	}
 	select {
 	case <-r.done:
-		return true
+		return r.end.After(began) && !r.end.Before(now.Add(-probeFresh))
 	default:
-		return false
+		return true
 	}
 }
 
@@ -90,18 +103,20 @@ func (b *breaker) allow(ctx context.Context, op string) error {
 		b.mu.Unlock()
 		return nil
 	}
-	if objstore.FoundUnreachable(ctx) {
-		// A request of the same operation found no answer already: the
-		// operation fails anyway, so fail at once.
+	if why := noWait(ctx); why != nil {
 		since, cause := b.since, b.cause
 		b.mu.Unlock()
 		b.m.fastFailure(op)
-		return b.refusal(op, since, cause, errors.New("an earlier request of the same operation got no answer"))
+		return b.refusal(op, since, cause, why)
 	}
-	arrived := time.Now()
+	now := time.Now()
+	began := now
+	if s, ok := objstore.OperationStart(ctx); ok && s.Before(now) {
+		began = s
+	}
 	r := b.latest
-	if r == nil || r.finished() || r.start.Before(arrived.Add(-probeFresh)) {
-		r = &probeRun{start: arrived, done: make(chan struct{})}
+	if !r.joinable(began, now) {
+		r = &probeRun{start: now, done: make(chan struct{})}
 		b.latest = r
 		go b.run(r, b.quick)
 	}
@@ -122,6 +137,20 @@ func (b *breaker) allow(ctx context.Context, op string) error {
 	return b.refusal(op, since, cause, r.err)
 }
 
+// noWait returns why a request of ctx fails at once, without waiting for a
+// probe, while the storage is known down: a request of the same operation
+// found no answer already (the operation fails anyway), or nobody waits for
+// it (objstore.Unwaited). Otherwise nil.
+func noWait(ctx context.Context) error {
+	switch {
+	case objstore.FoundUnreachable(ctx):
+		return errors.New("an earlier request of the same operation got no answer")
+	case objstore.IsUnwaited(ctx):
+		return errors.New("background work does not wait for a probe")
+	}
+	return nil
+}
+
 // refusal is the error of a request not sent because the storage is down.
 func (b *breaker) refusal(op string, since time.Time, cause, why error) error {
 	return &opError{sentinel: objstore.ErrUnavailable, certain: true, noRetry: true,
@@ -136,6 +165,7 @@ func (b *breaker) run(r *probeRun, timeout time.Duration) {
 	if r.err == nil {
 		b.answered()
 	}
+	r.end = time.Now()
 	close(r.done)
 }
 

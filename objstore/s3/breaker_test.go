@@ -131,29 +131,120 @@ func TestBreakerProbesInTheBackground(t *testing.T) {
 }
 
 // TestBreakerRefusesTheRestOfAnOperationWithoutProbing checks that once a
-// request of an operation (objstore.WithRetryDeadline) found the storage
-// down, the operation's later requests fail at once, while other callers
-// still probe.
+// request of an operation (objstore.WithRetryDeadline, or WithOperation as
+// a FUSE call makes it) found the storage down, the operation's later
+// requests fail at once, while other callers still probe.
 func TestBreakerRefusesTheRestOfAnOperationWithoutProbing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   func() context.Context
+	}{
+		{"retry deadline", func() context.Context {
+			return objstore.WithRetryDeadline(context.Background(), time.Now().Add(time.Minute))
+		}},
+		{"operation", func() context.Context { return objstore.WithOperation(context.Background()) }},
+		{"retry deadline inside an operation", func() context.Context {
+			return objstore.WithRetryDeadline(objstore.WithOperation(context.Background()), time.Now().Add(time.Minute))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &fakeProbe{}
+			b := testBreaker(t, p, time.Second)
+			b.failed(errors.New("i/o timeout"), true)
+			op := tc.op()
+			if err := b.allow(op, "put"); !errors.Is(err, objstore.ErrUnavailable) {
+				t.Fatalf("first request of the operation: %v", err)
+			}
+			probes := p.calls.Load()
+			if err := b.allow(op, "head"); !errors.Is(err, objstore.ErrUnavailable) {
+				t.Fatalf("next request of the operation: %v", err)
+			}
+			if n := p.calls.Load(); n != probes {
+				t.Errorf("the operation's next request probed again (%d probes, want %d)", n, probes)
+			}
+			p.up.Store(true)
+			if err := b.allow(context.Background(), "get"); err != nil {
+				t.Fatalf("another caller once the storage answers: %v", err)
+			}
+			if err := b.allow(op, "head"); err != nil {
+				t.Errorf("the operation once the breaker closed: %v", err)
+			}
+		})
+	}
+}
+
+// TestBreakerRefusesUnwaitedWorkWithoutProbing checks that background work
+// (objstore.Unwaited) fails at once while the storage is known down, even
+// when the storage answers again (only a caller's probe or the background
+// loop closes the breaker), and goes through once it is closed.
+func TestBreakerRefusesUnwaitedWorkWithoutProbing(t *testing.T) {
 	p := &fakeProbe{}
-	b := testBreaker(t, p, time.Second)
+	p.hold.Store(true) // a probe would wait for its whole timeout
+	b := testBreaker(t, p, time.Minute)
 	b.failed(errors.New("i/o timeout"), true)
-	op := objstore.WithRetryDeadline(context.Background(), time.Now().Add(time.Minute))
-	if err := b.allow(op, "put"); !errors.Is(err, objstore.ErrUnavailable) {
-		t.Fatalf("first request of the operation: %v", err)
+	bg := objstore.Unwaited(context.Background())
+	start := time.Now()
+	var oe *opError
+	if err := b.allow(bg, "put"); !errors.As(err, &oe) || !errors.Is(err, objstore.ErrUnavailable) || !oe.certain {
+		t.Fatalf("background request while down: %v, want a certain ErrUnavailable", err)
 	}
-	probes := p.calls.Load()
-	if err := b.allow(op, "head"); !errors.Is(err, objstore.ErrUnavailable) {
-		t.Fatalf("next request of the operation: %v", err)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the background request waited %v", took)
 	}
-	if n := p.calls.Load(); n != probes {
-		t.Errorf("the operation's next request probed again (%d probes, want %d)", n, probes)
+	if n := p.calls.Load(); n != 0 {
+		t.Errorf("the background request probed (%d probes)", n)
 	}
+	p.hold.Store(false)
 	p.up.Store(true)
 	if err := b.allow(context.Background(), "get"); err != nil {
-		t.Fatalf("another caller once the storage answers: %v", err)
+		t.Fatalf("a caller once the storage answers: %v", err)
 	}
-	if err := b.allow(op, "head"); err != nil {
-		t.Errorf("the operation once the breaker closed: %v", err)
+	if err := b.allow(bg, "put"); err != nil {
+		t.Errorf("background request once the breaker closed: %v", err)
+	}
+}
+
+// TestBreakerLetsAQueuedOperationTakeTheProbeThatFailedMeanwhile checks
+// that a call pays for at most one probe: a request of an operation that
+// was already under way when another caller's probe failed (a group commit
+// queued behind a write that waited for that probe) takes that failure at
+// once; a call that arrives afterwards, or later than probeFresh after the
+// failure, probes for itself.
+func TestBreakerLetsAQueuedOperationTakeTheProbeThatFailedMeanwhile(t *testing.T) {
+	const quick = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name      string
+		ctx       func(began time.Time) context.Context
+		later     time.Duration // after the failure
+		wantProbe bool
+	}{
+		{"operation under way", func(began time.Time) context.Context {
+			return objstore.WithOperationSince(context.Background(), began)
+		}, 0, false},
+		{"no operation", func(time.Time) context.Context { return context.Background() }, 0, true},
+		{"operation under way, long after the failure", func(began time.Time) context.Context {
+			return objstore.WithOperationSince(context.Background(), began)
+		}, 3 * probeFresh, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &fakeProbe{}
+			p.hold.Store(true)
+			b := testBreaker(t, p, quick)
+			b.failed(errors.New("i/o timeout"), true)
+			began := time.Now()
+			if err := b.allow(context.Background(), "put"); !errors.Is(err, objstore.ErrUnavailable) {
+				t.Fatalf("the first caller: %v", err)
+			}
+			p.hold.Store(false) // a new probe would fail at once: count it
+			time.Sleep(tc.later)
+			ctx := tc.ctx(began)
+			err := b.allow(ctx, "put")
+			if !errors.Is(err, objstore.ErrUnavailable) {
+				t.Fatalf("the queued call: %v, want ErrUnavailable", err)
+			}
+			if probed := p.calls.Load() > 1; probed != tc.wantProbe {
+				t.Errorf("the queued call probed = %v, want %v", probed, tc.wantProbe)
+			}
+		})
 	}
 }

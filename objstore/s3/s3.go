@@ -70,12 +70,14 @@
 // A request that got no answer (a timeout, a refused connection, or three
 // broken connections in a row) makes the store count the storage as down.
 // While it is down, a request is not sent: the call waits for a probe (a
-// HEAD of the bucket, at most Config.ProbeTimeout, 1 s) started for it, and
-// fails at once with ErrUnavailable unless the probe got an answer. So
-// further calls fail in about a second, and the first call after the
+// HEAD of the bucket, at most Config.ProbeTimeout, 750 ms) started for it,
+// and fails at once with ErrUnavailable unless the probe got an answer. So
+// further calls fail within a second, and the first call after the
 // storage answers again goes through. Within one operation
-// (objstore.WithRetryDeadline), once a request found the storage down, the
-// operation's later requests fail without a probe. A background loop probes every
+// (objstore.WithRetryDeadline, objstore.WithOperation), once a request
+// found the storage down, the operation's later requests fail without a
+// probe; background work (objstore.Unwaited) fails without one, so that it
+// never holds up a caller queued behind it. A background loop probes every
 // second meanwhile (with a longer timeout, for slow links). Any HTTP answer
 // counts as up. Metrics: fencefs_s3_unreachable (1 while down) and
 // fencefs_s3_fast_failures_total{op}.
@@ -171,7 +173,8 @@ type Config struct {
 	// that before it answers needs a larger value.
 	IdleTimeout time.Duration
 	// ProbeTimeout bounds the probe a call waits for while the storage is
-	// known down (see the package documentation); 0 means 1 s.
+	// known down (see the package documentation); 0 means 750 ms, so
+	// that a call while the storage is known down fails within a second.
 	ProbeTimeout time.Duration
 	// ServerWait is how long a request may stay silent while the server
 	// answers other requests (it waits on the server: a lock on the key
@@ -379,7 +382,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.RetryDeadline = DefaultRetryDeadline
 	}
 	if cfg.ProbeTimeout <= 0 {
-		cfg.ProbeTimeout = time.Second
+		cfg.ProbeTimeout = 750 * time.Millisecond
 	}
 	if cfg.ServerWait == 0 {
 		cfg.ServerWait = DefaultServerWait

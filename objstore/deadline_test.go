@@ -1,0 +1,58 @@
+package objstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencefs/fencefs/objstore"
+)
+
+func TestAnOperationSharesWhatItsRequestsFound(t *testing.T) {
+	soon := time.Now().Add(time.Minute)
+	for _, tc := range []struct {
+		name         string
+		make         func() (op, inner context.Context)
+		wantDeadline bool
+	}{
+		{"operation", func() (context.Context, context.Context) {
+			op := objstore.WithOperation(context.Background())
+			return op, op
+		}, false},
+		{"retry deadline inside an operation", func() (context.Context, context.Context) {
+			op := objstore.WithOperation(context.Background())
+			return op, objstore.WithRetryDeadline(op, soon)
+		}, true},
+		{"operation inside a retry deadline", func() (context.Context, context.Context) {
+			op := objstore.WithRetryDeadline(context.Background(), soon)
+			return op, objstore.WithOperation(op)
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			op, inner := tc.make()
+			if _, ok := objstore.RetryDeadline(inner); ok != tc.wantDeadline {
+				t.Errorf("retry deadline set = %v, want %v", ok, tc.wantDeadline)
+			}
+			if objstore.FoundUnreachable(op) {
+				t.Fatal("a new operation found the storage unreachable")
+			}
+			objstore.MarkUnreachable(inner)
+			if !objstore.FoundUnreachable(op) {
+				t.Error("what a request found is not shared with its operation")
+			}
+		})
+	}
+	if objstore.FoundUnreachable(objstore.WithOperation(context.Background())) {
+		t.Error("a new operation starts knowing what another found")
+	}
+}
+
+func TestUnwaitedMarksOnlyItsContext(t *testing.T) {
+	ctx := context.Background()
+	if objstore.IsUnwaited(ctx) || objstore.IsUnwaited(objstore.WithOperation(ctx)) {
+		t.Error("a plain context is unwaited")
+	}
+	if !objstore.IsUnwaited(objstore.WithOperation(objstore.Unwaited(ctx))) {
+		t.Error("Unwaited is lost by a derived context")
+	}
+}
