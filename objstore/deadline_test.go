@@ -56,3 +56,17 @@ func TestUnwaitedMarksOnlyItsContext(t *testing.T) {
 		t.Error("Unwaited is lost by a derived context")
 	}
 }
+
+func TestEachRetryBudgetInsideAnOperationHasItsOwnOutcome(t *testing.T) {
+	op := objstore.WithOperation(context.Background())
+	first := objstore.WithRetryDeadline(op, time.Now().Add(time.Minute))
+	objstore.MarkUncertainAttempt(first)
+	second := objstore.WithRetryDeadline(op, time.Now().Add(time.Minute))
+	if objstore.HadUncertainAttempt(second) {
+		t.Error("a mutation inherits the uncertain attempt of an earlier one of the same FUSE call")
+	}
+	nested := objstore.WithRetryDeadline(first, time.Now().Add(time.Second))
+	if !objstore.HadUncertainAttempt(nested) {
+		t.Error("a nested retry budget lost its operation's uncertain attempt")
+	}
+}
