@@ -84,6 +84,8 @@
 //	the epoch register cannot be read         EIO
 //	object not found                          ENOENT
 //	the name exists (create, mkdir, O_EXCL)   EEXIST
+//	a streamed file accessed below the parts  ESPIPE
+//	  that left the staging file
 //	the caller was interrupted                EINTR
 //
 // and every failure is logged once with its cause.
