@@ -179,16 +179,19 @@ func testKillDuringMultipartUploadLeavesNoPartialObject(t *testing.T, gw *gatewa
 }
 
 // TestKillDuringSweepThenNewerEpochCompletesIt leaves intents of epoch 17
-// behind (A frozen with dirty handles), kills the binder of 18 in the middle
-// of its sweep, then binds 19: A's writes never land, and no intent of an
-// older epoch is left.
+// behind (A frozen with 40 closes in flight, held by the after-validate
+// failpoint after their intents were written), kills the binder of 18 in
+// the middle of its sweep, then binds 19: A's writes never land, and no
+// intent of an older epoch is left.
 func TestKillDuringSweepThenNewerEpochCompletesIt(t *testing.T) {
 	gateway.ForEachServer(t, gateway.ErasureCodedServers, testKillDuringSweepThenNewerEpochCompletesIt)
 }
 
 func testKillDuringSweepThenNewerEpochCompletesIt(t *testing.T, gw *gateway.Gateway) {
 	bucket := gateway.NewBucket(t, gw)
-	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
+	pause := filepath.Join(t.TempDir(), "pause")
+	a := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
+		Env: []string{"FENCEFS_FAILPOINTS=after-validate=pause-file:" + pause}}, "--token", "17", "--holder", "A")
 	const n = 40
 	var paths []string
 	for i := 0; i < n; i++ {
@@ -200,12 +203,17 @@ func testKillDuringSweepThenNewerEpochCompletesIt(t *testing.T, gw *gateway.Gate
 		}
 		paths = append(paths, a.Path(name))
 	}
-	// The dirty handles live in another process: see holder.
+	// The dirty handles live in another process: see holder. Their closes
+	// write the intents, then stop at the failpoint.
 	h := startHolder(t, paths)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// Wait until A's intents are written (they are written when a handle
-	// first becomes dirty), then freeze A.
+	if err := os.WriteFile(pause, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan []syscall.Errno, 1)
+	go func() { closed <- h.closeAll(t, n) }()
+	// Wait until A's intents are written, then freeze A.
 	for intentKeyCount(ctx, t, gw, bucket) < n {
 		if ctx.Err() != nil {
 			t.Fatalf("A's intents never appeared")
@@ -240,7 +248,10 @@ func testKillDuringSweepThenNewerEpochCompletesIt(t *testing.T, gw *gateway.Gate
 		}
 	}
 	_ = a.Signal(syscall.SIGCONT)
-	for i, errno := range h.closeAll(t, n) {
+	if err := os.Remove(pause); err != nil {
+		t.Fatal(err)
+	}
+	for i, errno := range <-closed {
 		if errno != syscall.EROFS {
 			t.Errorf("A's close of f%02d after the takeover: %v, want EROFS", i, errno)
 		}

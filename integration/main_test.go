@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -33,7 +34,8 @@ func TestMain(m *testing.M) {
 
 // runHolder is the body of a holder process (see startHolder): it opens each
 // file, writes "A's stale <name>" and reports "ready"; on a line on stdin it
-// closes them all and reports each close's result as "<i> <errno>" (0 = ok).
+// closes them all at once and reports each close's result as "<i> <errno>"
+// (0 = ok), in the order they return.
 func runHolder(paths []string) int {
 	var files []*os.File
 	for _, p := range paths {
@@ -50,13 +52,24 @@ func runHolder(paths []string) int {
 	}
 	fmt.Println("ready")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	// All at once, as the processes of an application exit: the commits
+	// are in flight together.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for i, f := range files {
-		var errno syscall.Errno
-		if err := f.Close(); err != nil && !errors.As(err, &errno) {
-			errno = syscall.EIO
-		}
-		fmt.Println(i, int(errno))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var errno syscall.Errno
+			if err := f.Close(); err != nil && !errors.As(err, &errno) {
+				errno = syscall.EIO
+			}
+			mu.Lock()
+			fmt.Println(i, int(errno))
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
 	return 0
 }
 

@@ -29,8 +29,13 @@ func TestACommitThatLandedUnseenIsRecognisedByItsWriteID(t *testing.T) {
 	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
 		bucket := gateway.NewBucket(t, gw)
 		proxy := harness.NewProxy(t, gw.Addr)
-		fs := harness.Mount(t, gw, bucket, "--endpoint", proxy.Endpoint(), "--token", "1",
-			"--s3-timeout", "1s", "--s3-retry-deadline", "3s")
+		// The commit's intent is written right before its PUT: the
+		// after-validate failpoint holds the close between the two while
+		// the proxy starts losing responses, so that only the PUT's is lost.
+		pause := filepath.Join(t.TempDir(), "pause")
+		fs := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
+			Env: []string{"FENCEFS_FAILPOINTS=after-validate=pause-file:" + pause}},
+			"--endpoint", proxy.Endpoint(), "--token", "1", "--s3-timeout", "1s", "--s3-retry-deadline", "3s")
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if err := os.WriteFile(fs.Path("existing"), []byte("the old version"), 0o644); err != nil {
@@ -58,9 +63,18 @@ func TestACommitThatLandedUnseenIsRecognisedByItsWriteID(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer second.Close()
-				time.Sleep(200 * time.Millisecond) // the intent written at the first write is in
+				if err := os.WriteFile(pause, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				_ = os.Remove(pause + ".reached")
+				closed := make(chan error, 1)
+				go func() { closed <- w.Close() }()
+				waitPaused(t, pause, closed) // the intent is written, the PUT is next
 				proxy.LoseResponses(t)
-				err = w.Close()
+				if err := os.Remove(pause); err != nil {
+					t.Fatal(err)
+				}
+				err = <-closed
 				proxy.KeepResponses(t)
 				if !errors.Is(err, syscall.EIO) {
 					t.Fatalf("close while the responses are lost: %v; want EIO", err)
