@@ -15,7 +15,7 @@ export FENCEFS_ETCD := $(CURDIR)/bin/etcd
 export FENCEFS_PROMTOOL := $(CURDIR)/bin/promtool
 # -race on every test process; the fencefs binary mounted by end-to-end tests is a normal build.
 TESTFLAGS ?= -race
-TEST_TIMEOUT ?= 25m
+TEST_TIMEOUT ?= 50m
 PKGS ?= ./...
 DURATION ?= 10m
 
