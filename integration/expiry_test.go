@@ -77,7 +77,12 @@ func TestTombstonesLeaveAPlainListingOnMinIO(t *testing.T) {
 	bucket := gateway.NewBucket(t, gw)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
+	// The files' closes are held at the after-validate failpoint, their
+	// intents written: the mount dies with their commits in flight (a
+	// dirty file that never began its commit names nothing).
+	pause := filepath.Join(t.TempDir(), "pause")
+	a := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
+		Env: []string{"FENCEFS_FAILPOINTS=after-validate=pause-file:" + pause}}, "--token", "17", "--holder", "A")
 	bash(t, a.Dir, `for i in $(seq 1 20); do echo "v$i" > doc.txt.tmp && mv doc.txt.tmp doc.txt; done
 for i in $(seq 0 9); do echo "f$i" > f$i; done
 for i in $(seq 0 9); do mv f$i g$i; done
@@ -94,6 +99,12 @@ rm -rf tree`)
 		}
 		files = append(files, f)
 	}
+	if err := os.WriteFile(pause, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		go func() { _ = f.Close() }() // returns once the mount is gone
+	}
 	for intentKeyCount(ctx, t, gw, bucket) < 3 {
 		if ctx.Err() != nil {
 			t.Fatal("the open files' intents never appeared")
@@ -102,9 +113,6 @@ rm -rf tree`)
 	}
 	time.Sleep(1500 * time.Millisecond) // the tombstone ledger is written at most once a second
 	a.Kill()
-	for _, f := range files {
-		_ = f.Close()
-	}
 	_ = a.Unmount()
 
 	addr := metricsAddr(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,12 @@ func pollMetric(t *testing.T, addr, name, want string, limit time.Duration) {
 func TestRestartedMountRemovesTheTombstonesOfItsSweep(t *testing.T) {
 	gw := gateway.ForTest(t)
 	bucket := gateway.NewBucket(t, gw)
-	a := harness.Mount(t, gw, bucket, "--token", "17", "--holder", "A")
+	// The files' closes are held at the after-validate failpoint, their
+	// intents written: the mount dies with their commits in flight (a
+	// dirty file that never began its commit names nothing).
+	pause := filepath.Join(t.TempDir(), "pause")
+	a := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
+		Env: []string{"FENCEFS_FAILPOINTS=after-validate=pause-file:" + pause}}, "--token", "17", "--holder", "A")
 	const n = 5
 	names := make([]string, n)
 	files := make([]*os.File, n)
@@ -69,6 +75,12 @@ func TestRestartedMountRemovesTheTombstonesOfItsSweep(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	if err := os.WriteFile(pause, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		go func() { _ = f.Close() }() // returns once the mount is gone
+	}
 	for intentKeyCount(ctx, t, gw, bucket) < n {
 		if ctx.Err() != nil {
 			t.Fatal("the open files' intents never appeared")
@@ -76,9 +88,6 @@ func TestRestartedMountRemovesTheTombstonesOfItsSweep(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	a.Kill()
-	for _, f := range files {
-		_ = f.Close() // the mount is dead: ENOTCONN
-	}
 	_ = a.Unmount()
 
 	const validity = 10 * time.Second
