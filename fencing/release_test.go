@@ -33,11 +33,24 @@ func TestASealedOwnerThatIsAliveReleasesItsSettledEntries(t *testing.T) {
 			eachStore(t, func(t *testing.T, newStore func() objstore.Store, real bool) {
 				ctx := testCtx(t, 60*time.Second)
 				s := newStore()
-				a := newGuard(t, s, Config{Holder: "A", IntentLinger: time.Hour})
+				// A silent owner is one frozen in the middle of a commit
+				// (of another key, held at the pauser): it cannot release
+				// while that commit is in flight, whatever it learns.
+				p := newPauser("rel/held")
+				a := newGuard(t, s, Config{Holder: "A", IntentLinger: time.Hour, Hooks: Hooks{AfterValidate: p.hook}})
 				bind(t, ctx, a, 1)
 				info, err := gput(ctx, a, "rel/k", "v1", Version{}) // its entry: (k, absent)
 				if err != nil {
 					t.Fatal(err)
+				}
+				held := make(chan error, 1)
+				if tc.aWrites {
+					close(p.release)
+					held <- nil
+				} else {
+					go func() { _, err := gput(ctx, a, "rel/held", "x", Version{}); held <- err }()
+					p.wait(t, ctx)
+					defer func() { close(p.release); <-held }()
 				}
 				b := newGuard(t, s, Config{Holder: "B", ReleaseGrace: 5 * time.Second})
 				bound := make(chan error, 1)

@@ -106,15 +106,16 @@ func (o objects) expandRecord(ctx context.Context, key string, rec record, valid
 
 // storeRecord returns the metadata form of full, every young entry of
 // key's record: full itself when it fits, else the newest entries and a
-// marker, after writing every entry to the spill.
-func (o objects) storeRecord(ctx context.Context, key string, full record) (record, error) {
+// marker, after writing every entry to the spill (with the spill's young
+// entries another sweeper wrote meanwhile).
+func (o objects) storeRecord(ctx context.Context, key string, full record, validity time.Duration) (record, error) {
 	full = full.withoutMarker()
 	if len(full) <= maxRecordEntries {
 		return full, nil
 	}
 	name := o.lay.spillOf(key)
 	for range spillAttempts {
-		cur, etag, err := o.readSpill(ctx, key, time.Duration(1<<62))
+		cur, etag, err := o.readSpill(ctx, key, validity)
 		if err != nil {
 			return nil, err
 		}

@@ -368,7 +368,7 @@ func (sw *sweeper) sweptMeta(ctx context.Context, t sweepTarget, st sweepState, 
 	for _, e := range full {
 		avoid.addAll(e.ETag)
 	}
-	if rec, err = sw.storeRecord(ctx, t.key, full); err != nil {
+	if rec, err = sw.storeRecord(ctx, t.key, full, sw.validity); err != nil {
 		return nil, nil, nil, nil, err
 	}
 	if len(rec) < len(full) {

@@ -103,10 +103,7 @@ func (d *dirNode) reuseChild(name string, r resolved) *fs.Inode {
 	}
 	switch n := ch.Operations().(type) {
 	case *fileNode:
-		n.mu.Lock()
-		gone := n.unlinked
-		n.mu.Unlock()
-		if r.kind == kindFile && !gone {
+		if r.kind == kindFile && !n.gone() {
 			n.update(r.info)
 			return ch
 		}
@@ -116,10 +113,7 @@ func (d *dirNode) reuseChild(name string, r resolved) *fs.Inode {
 			return ch
 		}
 	case *symlinkNode:
-		n.mu.Lock()
-		gone := n.unlinked
-		n.mu.Unlock()
-		if r.kind == kindSymlink && !gone {
+		if r.kind == kindSymlink && !n.gone() {
 			n.setInfo(r.info)
 			return ch
 		}

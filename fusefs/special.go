@@ -69,6 +69,20 @@ func (n *specialNode) gone() bool {
 	return n.unlinked
 }
 
+// gone reports whether the file was unlinked here.
+func (n *fileNode) gone() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.unlinked
+}
+
+// gone reports whether the symlink was unlinked here.
+func (n *symlinkNode) gone() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.unlinked
+}
+
 // mknodSpecial creates the empty object of a special file of type
 // mode&S_IFMT with device number dev, conditioned on the name's absence.
 func (d *dirNode) mknodSpecial(ctx context.Context, name, key string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, error) {
