@@ -170,7 +170,7 @@ func cachedChild(ch *fs.Inode) bool {
 	case *fileNode:
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if n.unlinked {
+		if n.unlinked || n.superseded {
 			return false
 		}
 		return n.localStateLocked() || !n.staleLocked()

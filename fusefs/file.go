@@ -34,6 +34,9 @@ type fileNode struct {
 	fs.Inode
 	nodeBase
 
+	// openMu serializes opens: each decides the version its handle reads
+	// against the handles already open (capture.go).
+	openMu sync.Mutex
 	// cmu guards the staging file: Lock to create, write or truncate it,
 	// RLock to read it or to upload it (so a commit sees a stable body).
 	cmu   sync.RWMutex
@@ -45,15 +48,18 @@ type fileNode struct {
 	released, holeLo, holeHi int64
 
 	// GUARDED_BY(mu) (nodeBase.mu):
-	size      int64  // current size (of the staging file when there is one)
-	pending   bool   // created by this mount and never committed: no object yet
-	dirty     bool   // local changes (content or metadata) not committed
-	gen       uint64 // bumped by every local change; a commit clears dirty only if unchanged
-	unlinked  bool   // unlinked or replaced: commits are dropped
-	openCount int
-	keepETag  string        // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
-	up        *streamUpload // the staged content's upload in progress (stream.go); nil if none
-	noStream  bool          // a stream was dropped: none until the next commit
+	size     int64  // current size (of the staging file when there is one)
+	pending  bool   // created by this mount and never committed: no object yet
+	dirty    bool   // local changes (content or metadata) not committed
+	gen      uint64 // bumped by every local change; a commit clears dirty only if unchanged
+	unlinked bool   // unlinked or replaced: commits are dropped
+	// superseded: the version open handles read was replaced in the
+	// bucket by another writer; the name moves to a new node (capture.go).
+	superseded bool
+	openCount  int
+	keepETag   string        // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
+	up         *streamUpload // the staged content's upload in progress (stream.go); nil if none
+	noStream   bool          // a stream was dropped: none until the next commit
 	// spent: the staging file had parts released and its content is now
 	// committed: it is dropped before anything uses it again (commit.go).
 	spent bool
@@ -186,23 +192,55 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 			return nil, 0, n.fsys.errno("open", key, err)
 		}
 	}
+	n.openMu.Lock()
+	if !writing && n.fsys.capturesReads() {
+		h, fuseFlags, handled, err := n.openCaptured(ctx, key)
+		if handled {
+			n.openMu.Unlock()
+			if err != nil {
+				return nil, 0, n.fsys.errno("open", key, err)
+			}
+			return h, fuseFlags, 0
+		}
+	}
+	h, fuseFlags, err := n.openLazily(ctx, key, flags)
+	n.openMu.Unlock()
+	if err != nil {
+		return nil, 0, n.fsys.errno("open", key, err)
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		if err := n.truncateAt(ctx, 0, true); err != nil {
+			n.releaseHandle(h)
+			return nil, 0, n.fsys.errno("open", key, err)
+		}
+	}
+	return h, fuseFlags, 0
+}
+
+// openLazily opens a handle on the node's version (refreshed if stale),
+// whose first read sends the GET. LOCKS_REQUIRED(n.openMu)
+func (n *fileNode) openLazily(ctx context.Context, key string, flags uint32) (*fileHandle, uint32, error) {
 	if err := n.refresh(ctx); err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
 			// Deleted elsewhere while the kernel kept the name: ESTALE
 			// below makes it look again (an O_CREAT then creates).
 			n.markUnlinked()
 		} else {
-			return nil, 0, n.fsys.errno("open", key, err)
+			return nil, 0, err
 		}
 	}
 	n.mu.Lock()
+	if n.superseded {
+		n.mu.Unlock()
+		return nil, 0, fmt.Errorf("open %s: %w", key, errSuperseded)
+	}
 	if n.unlinked && n.openCount == 0 {
 		// The kernel still has a name for a node whose object is gone
 		// or was never stored (a refused create): ESTALE makes it look
 		// the name up again (LOOKUP_REVAL) and open or create what the
 		// store has, instead of writing into a node no commit stores.
 		n.mu.Unlock()
-		return nil, 0, n.fsys.errno("open", key, fmt.Errorf("%w: %s: the name no longer refers to this file", fencing.ErrStale, key))
+		return nil, 0, fmt.Errorf("%w: %s: the name no longer refers to this file", fencing.ErrStale, key)
 	}
 	n.openCount++
 	etag := n.info.ETag
@@ -213,14 +251,8 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	n.keepETag = etag
 	n.mu.Unlock()
 	h := &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0, keepCache: fuseFlags&fuse.FOPEN_KEEP_CACHE != 0,
-		writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
-	if flags&syscall.O_TRUNC != 0 {
-		if err := n.truncateAt(ctx, 0, true); err != nil {
-			n.releaseHandle(h)
-			return nil, 0, n.fsys.errno("open", key, err)
-		}
-	}
-	return h, fuseFlags, 0
+		writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY, key: key}
+	return h, fuseFlags, nil
 }
 
 // ensureStage makes sure the node has a staging file holding its current

@@ -50,6 +50,10 @@ type filesystem struct {
 	// keep their whole content (stream.go).
 	noPunch atomic.Bool
 
+	// capturedGets counts the GETs sent at open that still serve their
+	// handle (capture.go), bounded by maxCapturedGets.
+	capturedGets atomic.Int64
+
 	// Counters for metrics (atomic).
 	dirtyFiles   atomic.Int64
 	stagingBytes atomic.Int64

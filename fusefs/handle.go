@@ -36,6 +36,24 @@ type fileHandle struct {
 	// keepCache: opened with FOPEN_KEEP_CACHE (the kernel may serve pages
 	// of the pinned version without asking): never moves to another version.
 	keepCache bool
+	// key is the object's key at open: the reads of a superseded node,
+	// which is no longer in the tree, use it (capture.go).
+	key string
+}
+
+// readKey returns the key to read the handle's version from.
+func (h *fileHandle) readKey() (string, error) {
+	key, err := h.node.keyOrErr()
+	if err != nil && h.key != "" {
+		n := h.node
+		n.mu.Lock()
+		superseded := n.superseded
+		n.mu.Unlock()
+		if superseded {
+			return h.key, nil
+		}
+	}
+	return key, err
 }
 
 var _ = (fs.FileReader)((*fileHandle)(nil))
@@ -64,7 +82,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	}
 	n.cmu.RUnlock()
 
-	key, err := n.keyOrErr()
+	key, err := h.readKey()
 	if err != nil {
 		return nil, n.fsys.errno("read", "", err)
 	}

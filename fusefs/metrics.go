@@ -23,7 +23,10 @@ type metrics struct {
 	// readRebases counts reads that moved to the object's current version
 	// instead of failing ESTALE (replace.go); activations counts the times
 	// this mount became the leader and forgot what it had cached (activate.go).
-	readRebases  prometheus.Counter
+	readRebases prometheus.Counter
+	// superseded counts nodes whose version was replaced in the bucket
+	// while handles read it: their name moved to a new inode (capture.go).
+	superseded   prometheus.Counter
 	activations  prometheus.Counter
 	prefetchHits prometheus.Counter
 	// attrWritebackFailures counts acknowledged attribute changes that
@@ -51,6 +54,10 @@ func newMetrics(fsys *filesystem) *metrics {
 		Namespace: "fencefs", Subsystem: "fuse", Name: "read_rebases_total",
 		Help: "Reads that had returned nothing yet and took the object's current version instead of failing with ESTALE.",
 	})
+	m.superseded = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fencefs", Subsystem: "fuse", Name: "superseded_files_total",
+		Help: "Open files replaced in the bucket by another writer while read here; their name moved to a new inode so that new opens read the new version.",
+	})
 	m.activations = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "fencefs", Subsystem: "fuse", Name: "activations_total",
 		Help: "Times this mount became the active leader (a token bound) and dropped the versions it had cached before.",
@@ -77,6 +84,7 @@ func newMetrics(fsys *filesystem) *metrics {
 		}),
 		m.prefetchHits,
 		m.readRebases,
+		m.superseded,
 		m.activations,
 		m.streamed,
 		m.latency,

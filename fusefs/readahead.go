@@ -87,13 +87,20 @@ type stream struct {
 	start, end int64
 	ctx        context.Context // cancelled by close: stops the GET
 	stop       context.CancelFunc
-	done       chan struct{} // closed when the producer goroutine has returned
-	wake       chan struct{} // (cap 1) want moved or the stream closed
+	// body, when not nil, is the answer of a GET sent at open (capture.go),
+	// which produce reads instead of sending its own.
+	body io.ReadCloser
+	done chan struct{} // closed when the producer goroutine has returned
+	wake chan struct{} // (cap 1) want moved or the stream closed
 
-	base    int64     // GUARDED_BY(reader.mu): index of slots[0]; slot i covers start+(base+i)*streamChunk
-	slots   []slot    // GUARDED_BY(reader.mu)
-	filled  int64     // GUARDED_BY(reader.mu): bytes before filled have arrived
-	want    int64     // GUARDED_BY(reader.mu): end of the furthest read served or waiting
+	base   int64  // GUARDED_BY(reader.mu): index of slots[0]; slot i covers start+(base+i)*streamChunk
+	slots  []slot // GUARDED_BY(reader.mu)
+	filled int64  // GUARDED_BY(reader.mu): bytes before filled have arrived
+	want   int64  // GUARDED_BY(reader.mu): end of the furthest read served or waiting
+	// asked: a read was served or waits. A stream started at open reads
+	// nothing ahead before that (an open that never reads, or reads
+	// elsewhere, as tail -f does, holds no buffer).
+	asked   bool      // GUARDED_BY(reader.mu)
 	err     error     // GUARDED_BY(reader.mu): why the stream stopped before end (sticky)
 	waiters []*waiter // GUARDED_BY(reader.mu)
 }
@@ -113,11 +120,23 @@ func (r *reader) newStreamLocked(key string, off int64) *stream {
 	}
 	start := off - off%streamChunk
 	ctx, stop := context.WithCancel(r.ctx)
-	s := &stream{start: start, end: r.size, ctx: ctx, stop: stop, want: off,
+	s := &stream{start: start, end: r.size, ctx: ctx, stop: stop, want: off, asked: true,
 		filled: start, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	r.st = s
 	go r.produce(s, key)
 	return s
+}
+
+// adopt makes body, the answer of a GET of the whole version sent at open
+// with ctx (whose cancel is stop), the reader's stream from 0
+// (capture.go). The reader then owns body.
+func (r *reader) adopt(key string, body io.ReadCloser, ctx context.Context, stop context.CancelFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := &stream{start: 0, end: r.size, ctx: ctx, stop: stop, body: body,
+		done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	r.st = s
+	go r.produce(s, key)
 }
 
 // closeStreamLocked stops s and drops its window; chunks still referenced
@@ -151,6 +170,9 @@ func (s *stream) coversLocked(off int64) bool {
 // ahead is how far the producer may run past want.
 // LOCKS_REQUIRED(r.mu)
 func (s *stream) ahead() int64 {
+	if !s.asked {
+		return 0
+	}
 	return min(max(s.want-s.start, streamAheadMin), streamAheadMax)
 }
 
@@ -182,17 +204,25 @@ func (r *reader) produce(s *stream, key string) {
 		s.notifyLocked()
 		r.mu.Unlock()
 	}
+	rc := s.body
+	if rc != nil {
+		defer r.fsys.capturedGets.Add(-1)
+		defer rc.Close()
+	}
 	if s.start >= s.end {
 		return
 	}
-	rc, _, err := r.fsys.store.Get(s.ctx, key, objstore.GetOptions{
-		Offset: s.start, Length: s.end - s.start, IfMatch: r.etag,
-	})
-	if err != nil {
-		fail(fmt.Errorf("read %s [%d,%d) at %s: %w", key, s.start, s.end, r.etag, err))
-		return
+	if rc == nil {
+		var err error
+		rc, _, err = r.fsys.store.Get(s.ctx, key, objstore.GetOptions{
+			Offset: s.start, Length: s.end - s.start, IfMatch: r.etag,
+		})
+		if err != nil {
+			fail(fmt.Errorf("read %s [%d,%d) at %s: %w", key, s.start, s.end, r.etag, err))
+			return
+		}
+		defer rc.Close()
 	}
-	defer rc.Close()
 	for pos := s.start; pos < s.end; {
 		r.mu.Lock()
 		for s.err == nil && pos >= s.want+s.ahead() {
@@ -248,8 +278,9 @@ func (r *reader) produce(s *stream, key string) {
 // LOCKS_REQUIRED(r.mu); may release and retake it while waiting.
 func (r *reader) serveLocked(ctx context.Context, s *stream, off, n int64) (*readResult, error) {
 	end := off + n
-	if end > s.want {
-		s.want = end
+	if end > s.want || !s.asked {
+		s.asked = true
+		s.want = max(s.want, end)
 		select {
 		case s.wake <- struct{}{}:
 		default:

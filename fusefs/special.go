@@ -69,11 +69,12 @@ func (n *specialNode) gone() bool {
 	return n.unlinked
 }
 
-// gone reports whether the file was unlinked here.
+// gone reports whether the file was unlinked here, or superseded (its
+// name moves to a new node, capture.go).
 func (n *fileNode) gone() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.unlinked
+	return n.unlinked || n.superseded
 }
 
 // gone reports whether the symlink was unlinked here.
