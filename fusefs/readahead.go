@@ -39,6 +39,12 @@ const (
 	// kernel asks each byte once; this bounds what a skipping reader
 	// leaves behind).
 	streamKeepBehind = 8 << 20
+	// streamKeepServed: chunks whose every byte was served stay this far
+	// behind the furthest byte asked. The kernel asks a page again when
+	// it dropped it from its cache after the READ (seen under churn, with
+	// two handles reading one inode): the stream still has it, instead of
+	// a ranged GET of a version that may be gone.
+	streamKeepServed = 4 << 20
 )
 
 // chunkPool recycles the window's chunks across streams and handles.
@@ -346,27 +352,27 @@ func (r *reader) serveLocked(ctx context.Context, s *stream, off, n int64) (*rea
 		res.vecs = append(res.vecs, sl.c.buf[from:to])
 		res.refs = append(res.refs, sl.c)
 		sl.served += to - from
-		if cEnd := min(cStart+streamChunk, s.end); sl.served >= cEnd-cStart {
-			sl.c.release()
-			sl.c = nil
-		}
 	}
 	s.dropBehindLocked()
 	return res, nil
 }
 
-// dropBehindLocked drops the chunks far behind want and the dropped
-// chunks at the front of the window.
+// dropBehindLocked drops the chunks far behind want (served ones once
+// streamKeepServed behind, others once streamKeepBehind behind) and the
+// dropped chunks at the front of the window.
 // LOCKS_REQUIRED(r.mu)
 func (s *stream) dropBehindLocked() {
 	for i := range s.slots {
-		cEnd := s.start + (s.base+int64(i)+1)*streamChunk
-		if cEnd > s.want-streamKeepBehind {
+		cStart := s.start + (s.base+int64(i))*streamChunk
+		cEnd := cStart + streamChunk
+		if cEnd > s.want-streamKeepServed {
 			break
 		}
-		if s.slots[i].c != nil {
-			s.slots[i].c.release()
-			s.slots[i].c = nil
+		sl := &s.slots[i]
+		served := sl.served >= min(cEnd, s.end)-cStart
+		if sl.c != nil && (served || cEnd <= s.want-streamKeepBehind) {
+			sl.c.release()
+			sl.c = nil
 		}
 	}
 	k := 0

@@ -40,8 +40,12 @@ func churnLen(v uint32) int {
 // place, shows.
 func churnContent(v uint32) []byte {
 	buf := make([]byte, churnLen(v))
-	for off := 0; off < len(buf); off += 8 {
-		binary.LittleEndian.PutUint64(buf[off:], uint64(v)<<32|uint64(off/churnBlock))
+	for b := 0; b < len(buf); b += churnBlock {
+		block := buf[b:min(b+churnBlock, len(buf))]
+		binary.LittleEndian.PutUint64(block, uint64(v)<<32|uint64(b/churnBlock))
+		for n := 8; n < len(block); n *= 2 {
+			copy(block[n:], block[:n])
+		}
 	}
 	return buf
 }
@@ -56,9 +60,14 @@ func churnVersion(buf []byte) (uint32, error) {
 	if len(buf) != churnLen(v) {
 		return 0, fmt.Errorf("read %d bytes of version %d, which has %d", len(buf), v, churnLen(v))
 	}
-	for off := 0; off < len(buf); off += 8 {
-		if w := binary.LittleEndian.Uint64(buf[off:]); w != uint64(v)<<32|uint64(off/churnBlock) {
-			return 0, fmt.Errorf("torn read: word at %d is %#x, version %d would be %#x", off, w, v, uint64(v)<<32|uint64(off/churnBlock))
+	// The first and the last word of every block (the kernel moves whole
+	// pages): a tear inside a block would need a page made of two
+	// versions.
+	for b := 0; b < len(buf); b += churnBlock {
+		for _, off := range []int{b, min(b+churnBlock, len(buf)) - 8} {
+			if w := binary.LittleEndian.Uint64(buf[off:]); w != uint64(v)<<32|uint64(b/churnBlock) {
+				return 0, fmt.Errorf("torn read: word at %d is %#x, version %d would be %#x", off, w, v, uint64(v)<<32|uint64(b/churnBlock))
+			}
 		}
 	}
 	return v, nil
@@ -90,9 +99,9 @@ func churnRead(path string, buf []byte) (int, error) {
 }
 
 // TestReadersUnderChurnSeeWholeVersions: the leader rewrites an 8 MiB file
-// in place (O_TRUNC, write, close) in a loop, each version distinct; a
-// reader mount with 100 ms caches reads it whole 1000 times, from two
-// processes' worth of readers at once. Every successful read is one whole
+// in place (O_TRUNC, write, close) in a loop, each version distinct in
+// bytes and size; a reader mount with 100 ms caches reads it whole at least
+// 1000 times, from two readers at once, while at least 30 versions land. Every successful read is one whole
 // version no older than what was committed a second before it opened; at
 // most one read in a thousand fails, and only after it had returned bytes.
 func TestReadersUnderChurnSeeWholeVersions(t *testing.T) {
@@ -139,7 +148,17 @@ func TestReadersUnderChurnSeeWholeVersions(t *testing.T) {
 			}
 		}()
 
-		const readers, perReader = 2, 500
+		// Each reader reads at least perReader times, and on until the
+		// leader has written minVersions versions (a loaded machine
+		// writes slowly), or for readFor at most.
+		const readers, perReader, minVersions, readFor = 2, 500, 30, 3 * time.Minute
+		versionsSoFar := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(committed)
+		}
+		readUntil := time.Now().Add(readFor)
+		var total atomic.Int64
 		var failedEmpty, failedAfterBytes, torn, stale atomic.Int64
 		var firstErr sync.Once
 		var wg sync.WaitGroup
@@ -148,7 +167,8 @@ func TestReadersUnderChurnSeeWholeVersions(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				buf := make([]byte, churnSize+1)
-				for i := 0; i < perReader; i++ {
+				for i := 0; i < perReader || (versionsSoFar() < minVersions && time.Now().Before(readUntil)); i++ {
+					total.Add(1)
 					opened := time.Now()
 					n, err := churnRead(reader.Path("status.dat"), buf)
 					if err != nil {
@@ -181,10 +201,10 @@ func TestReadersUnderChurnSeeWholeVersions(t *testing.T) {
 		mu.Lock()
 		versions := len(committed)
 		mu.Unlock()
-		reads := int64(readers * perReader)
+		reads := total.Load()
 		t.Logf("%d reads over %d versions: %d failed before returning a byte, %d failed after returning bytes, %d torn, %d stale",
 			reads, versions, failedEmpty.Load(), failedAfterBytes.Load(), torn.Load(), stale.Load())
-		if versions < 20 {
+		if versions < minVersions {
 			t.Errorf("only %d versions were written while the reads ran: the test did not churn", versions)
 		}
 		if failedEmpty.Load() > 0 {
@@ -192,6 +212,16 @@ func TestReadersUnderChurnSeeWholeVersions(t *testing.T) {
 		}
 		if failedAfterBytes.Load()*1000 > reads {
 			t.Errorf("%d of %d reads failed after returning bytes: more than 1 in 1000", failedAfterBytes.Load(), reads)
+		}
+		// Why reads failed, from the reader's log (a few lines).
+		var why []string
+		for _, line := range strings.Split(reader.Log(), "\n") {
+			if strings.Contains(line, "op=read") && len(why) < 5 {
+				why = append(why, line)
+			}
+		}
+		if len(why) > 0 {
+			t.Logf("reads refused by the reader mount:\n%s", strings.Join(why, "\n"))
 		}
 		if t.Failed() {
 			t.Logf("reader's log tail:\n%s", lastLines(reader.Log(), 60))

@@ -112,4 +112,3 @@ func testKillMidRewriteLeavesTheOldOrTheNewContentWhole(t *testing.T, gw *gatewa
 		})
 	}
 }
-
