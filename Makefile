@@ -16,6 +16,8 @@ export FENCEFS_PROMTOOL := $(CURDIR)/bin/promtool
 # -race on every test process; the fencefs binary mounted by end-to-end tests is a normal build.
 TESTFLAGS ?= -race
 TEST_TIMEOUT ?= 50m
+# ./integration runs as this many test processes side by side (.ci/gotest says why processes)
+TEST_SHARDS ?= 3
 PKGS ?= ./...
 DURATION ?= 10m
 
@@ -101,9 +103,10 @@ run: build $(BIN)/versitygw
 	@command -v fusermount3 >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
 	$(BIN)/fencefs-demo --bin $(BIN)/fencefs --gateway $(BIN)/versitygw --state .run --mountpoint mnt
 
-## test: install what is missing, then run every unit and end-to-end test
+## test: install what is missing, then run every unit and end-to-end test (`go test $(PKGS)`,
+## the end-to-end package split into $(TEST_SHARDS) processes: .ci/gotest)
 test: deps build lint
-	$(GO) test $(TESTFLAGS) -timeout $(TEST_TIMEOUT) $(PKGS)
+	GO="$(GO)" TESTFLAGS="$(TESTFLAGS)" TEST_TIMEOUT=$(TEST_TIMEOUT) TEST_SHARDS=$(TEST_SHARDS) bash .ci/gotest $(PKGS)
 
 ## lint: gofmt and go vet
 lint:
