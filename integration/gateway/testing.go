@@ -94,7 +94,9 @@ func ForKind(t testing.TB, kind Kind) *Gateway {
 	if _, err := find(); err != nil {
 		SkipOrFail(t, "%v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A hang guard, not a speed bound: while another test writes a GiB to
+	// disk on a loaded 2-core machine, a gateway took over 30 s to answer.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	g, err := StartKind(ctx, kind, t.TempDir())
 	if err != nil {
