@@ -68,9 +68,11 @@ var errSuperseded = fmt.Errorf("%w: the file was replaced while open; its name m
 
 // openCaptured opens a read-only handle whose version is captured by a GET
 // (see the top of this file). handled is false when it does not apply (the
-// node has local state) or the GET failed for a reason other than the
-// object's state (the storage is unreachable): the caller then opens as
-// before, reading lazily. LOCKS_REQUIRED(n.openMu)
+// node has local state, or maxCapturedGets are open) or the GET failed for
+// a reason other than the object's state (the storage is unreachable) while
+// the node's version is fresh: the caller then opens as before, with no
+// request, reading lazily. With a stale version that failure is the open's.
+// LOCKS_REQUIRED(n.openMu)
 func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle, fuseFlags uint32, handled bool, err error) {
 	n.mu.Lock()
 	if n.superseded {
@@ -108,8 +110,14 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 	}
 	// The GET outlives the open (it serves the reads until release): its
 	// context is the stream's, cancelled by the open's only while waiting
-	// for the answer.
+	// for the answer. It is part of the open's operation, so that while
+	// the storage is known down it fails as fast as any call.
 	sctx, sstop := context.WithCancel(n.fsys.ctx)
+	start, ok := objstore.OperationStart(ctx)
+	if !ok {
+		start = time.Now()
+	}
+	sctx = objstore.WithOperationSince(sctx, start)
 	unwatch := context.AfterFunc(ctx, sstop)
 	body, info, err := n.fsys.store.Get(sctx, key, opts)
 	if !unwatch() && err == nil {
@@ -140,6 +148,14 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 		return nil, 0, true, fmt.Errorf("open %s: %w", key, errSuperseded)
 	default:
 		sstop()
+		n.mu.Lock()
+		stale := n.staleLocked()
+		n.mu.Unlock()
+		if stale {
+			// Opening lazily would ask the store again (a HEAD) and wait
+			// as long for the same outage: this open fails now.
+			return nil, 0, true, err
+		}
 		n.fsys.log.Debug("open could not capture the version; reading it lazily", "key", key, "err", err)
 		return nil, 0, false, nil
 	}

@@ -294,3 +294,54 @@ func TestTransientAnswersReachTheApplicationAsEIO(t *testing.T) {
 		t.Fatalf("f = %q, want the acknowledged write", got.body)
 	}
 }
+
+// TestAReaderMountFailsFastWhileTheStorageIsDown: on a mount that does not
+// lead, an open sends the GET that captures the version it reads
+// (fusefs/capture.go). With the link to the storage cut, a read of a file
+// the kernel still knows fails with EIO, the next one at once (the open's
+// GET is part of the call and waits for no second check), and after healing
+// the read returns the file.
+func TestAReaderMountFailsFastWhileTheStorageIsDown(t *testing.T) {
+	harness.RequireFUSE(t)
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	proxy := harness.NewProxy(t, gw.Addr)
+	want := []byte("read by a mount that does not lead")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := gw.Client().PutObject(ctx, bucket, "f", bytes.NewReader(want), int64(len(want)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel keeps the name and the attributes; the mount trusts no
+	// version it fetched: every open asks the storage.
+	r := harness.Mount(t, gw, bucket, "--endpoint", proxy.Endpoint(), "--holder", "R",
+		"--meta-ttl", "0s", "--attr-ttl", "10m", "--entry-ttl", "10m")
+	read := func() error {
+		got, err := os.ReadFile(r.Path("f"))
+		if err == nil && !bytes.Equal(got, want) {
+			return fmt.Errorf("read %q", got)
+		}
+		return err
+	}
+	if err := read(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut(t)
+	for _, call := range []struct {
+		which string
+		limit time.Duration // a functional bound, with margin
+	}{{"first", 30 * time.Second}, {"next", 1400 * time.Millisecond}} {
+		took, err := timedOp(t, 90*time.Second, read)
+		t.Logf("%s read while cut: %v after %v", call.which, err, took.Round(time.Millisecond))
+		if !errors.Is(err, syscall.EIO) {
+			t.Errorf("%s read while cut: err = %v, want EIO", call.which, err)
+		}
+		if took > call.limit {
+			t.Errorf("%s read while cut failed after %v, want within %v", call.which, took, call.limit)
+		}
+	}
+	proxy.Heal(t)
+	if took, err := timedOp(t, 30*time.Second, read); err != nil {
+		t.Fatalf("read after healing: %v (after %v)\n%s", err, took, r.Log())
+	}
+}
