@@ -157,6 +157,8 @@ func TestLoadErrorsNameTheKeyAndAcceptedValues(t *testing.T) {
 		{"prefix domain without prefix", invocation{args: []string{"--fence-domain", "prefix"}}, []string{"fence.domain", "needs a mount prefix"}},
 		{"zero token", invocation{args: []string{"--token", "0"}}, []string{"fence.token (--token)", "decimal number >= 1, or auto"}},
 		{"negative token", invocation{args: []string{"-o", "token=-3"}}, []string{"fence.token (-o token)", "decimal number >= 1"}},
+		{"token above the largest", invocation{args: []string{"--token", "18446744073709551615"}}, []string{"fence.token (--token)", "token 18446744073709551615 is above the largest token, 9223372036854775807"}},
+		{"token above the largest from env", invocation{env: []string{"FENCEFS_FENCE_TOKEN=9223372036854775808"}}, []string{"fence.token ($FENCEFS_FENCE_TOKEN)", "above the largest token"}},
 		{"token and token file", invocation{args: []string{"--token", "3", "--token-file", "/tmp/t"}}, []string{"fence.token", "fence.token_file"}},
 		{"read-only with token", invocation{args: []string{"--token", "3", "--read-only"}}, []string{"mount.read_only", "token"}},
 		{"bad signed request validity", invocation{args: []string{"--signed-request-validity", "soon"}}, []string{"fence.signed_request_validity", "duration"}},

@@ -19,9 +19,10 @@ const maxBindAttempts = 64
 //
 // It returns the bound token. Errors:
 //   - ErrBadToken: the token can never bind (0 is not auto here only in
-//     mode off; older than the register; held or reserved by another
-//     holder; lower than the token this Guard already holds). The Guard
-//     keeps its previous binding.
+//     mode off; above MaxToken; older than the register; held or reserved
+//     by another holder; lower than the token this Guard already holds),
+//     or, wrapping ErrTokensSpent, auto found the register at MaxToken.
+//     The Guard keeps its previous binding.
 //   - ErrFenced: the token was bound, but a newer epoch appeared before the
 //     sweep finished; the Guard is latched fenced (the returned token is
 //     the one that was bound).
@@ -59,6 +60,9 @@ func (g *Guard) bindOnce(ctx context.Context, token uint64) (uint64, error) {
 	}
 	if token != 0 && token == prevToken && prevState == StateActive {
 		return token, nil
+	}
+	if err := checkTokenRange(token); err != nil {
+		return 0, err
 	}
 	if token != 0 && token < prevToken {
 		return 0, fmt.Errorf("%w: token %d is lower than the token %d this mount already holds", ErrBadToken, token, prevToken)
@@ -194,7 +198,10 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 			}
 			maxRes, listed = max(maxRes, m), true
 		}
-		n := autoToken(reg, exists, maxRes, current)
+		n, err := autoToken(reg, exists, maxRes, current)
+		if err != nil {
+			return 0, err
+		}
 		if err := g.reserve(ctx, n, claim); err != nil {
 			if errors.Is(err, ErrBadToken) {
 				maxRes = n // taken: try above it

@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -164,4 +165,59 @@ func equalU64(a, b []uint64) bool {
 		}
 	}
 	return true
+}
+
+func TestBindAtTheEndOfTheTokenSpaceNeverGoesBack(t *testing.T) {
+	eachStore(t, func(t *testing.T, newStore func() objstore.Store, real bool) {
+		ctx := testCtx(t, 30*time.Second)
+		s := newStore()
+		a := newGuard(t, s, Config{Holder: "A"})
+		if _, err := a.Bind(ctx, MaxToken+1); !errors.Is(err, ErrBadToken) || !strings.Contains(err.Error(), "is above the largest token") {
+			t.Fatalf("Bind(MaxToken+1) = %v, want ErrBadToken naming the largest token", err)
+		}
+		if got := bind(t, ctx, a, MaxToken); got != MaxToken {
+			t.Fatalf("bound %d, want MaxToken", got)
+		}
+		b := newGuard(t, s, Config{Holder: "B"})
+		if n, err := b.Bind(ctx, 0); !errors.Is(err, ErrTokensSpent) || n != 0 {
+			t.Fatalf("auto Bind on a spent register = %d, %v; want ErrTokensSpent", n, err)
+		}
+		if st := b.Status(); st.State != StateUnbound {
+			t.Errorf("a spent auto bind changed the state: %+v", st)
+		}
+		if n, err := Raise(ctx, s, Config{Holder: "raise"}, 0); !errors.Is(err, ErrTokensSpent) || n != 0 {
+			t.Errorf("Raise(auto) on a spent register = %d, %v; want ErrTokensSpent", n, err)
+		}
+		reg, _, err := ReadRegister(ctx, s, "")
+		if err != nil || reg.Epoch != MaxToken || reg.Holder != "A" {
+			t.Fatalf("register after the refusals: %+v, %v; want epoch MaxToken held by A", reg, err)
+		}
+		// The leader at the largest token keeps writing: nothing took over.
+		if _, err := gput(ctx, a, "k", "still the leader", Version{}); err != nil {
+			t.Fatalf("the leader's create after the refused takeovers: %v", err)
+		}
+	})
+}
+
+func TestAutoBindOnARegisterBeyondTheLargestTokenIsSpent(t *testing.T) {
+	eachStore(t, func(t *testing.T, newStore func() objstore.Store, real bool) {
+		ctx := testCtx(t, 30*time.Second)
+		s := newStore()
+		// A register written by a fencefs that accepted any uint64.
+		legacy, err := json.Marshal(Register{Format: FormatVersion, Epoch: 1<<64 - 1, Holder: "old", ClaimID: "c0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rawPut(t, ctx, s, newLayout("").register(), string(legacy))
+		b := newGuard(t, s, Config{Holder: "B"})
+		if n, err := b.Bind(ctx, 0); !errors.Is(err, ErrTokensSpent) || !strings.Contains(err.Error(), "18446744073709551615") {
+			t.Errorf("auto Bind over a legacy register = %d, %v; want ErrTokensSpent naming its epoch", n, err)
+		}
+		if _, err := b.Bind(ctx, MaxToken); !errors.Is(err, ErrBadToken) || !strings.Contains(err.Error(), "older than the bucket's epoch 18446744073709551615") {
+			t.Errorf("Bind(MaxToken) over a legacy register = %v, want older than the bucket's epoch", err)
+		}
+		if reg, _, err := ReadRegister(ctx, s, ""); err != nil || reg.Epoch != 1<<64-1 {
+			t.Errorf("the register went back: %+v, %v", reg, err)
+		}
+	})
 }

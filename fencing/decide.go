@@ -33,6 +33,9 @@ func decideBind(reg Register, exists bool, token uint64, holder, claim string) (
 	if token == 0 {
 		return bindRefuse, fmt.Errorf("%w: token 0 (use auto to let the register issue one)", ErrBadToken)
 	}
+	if err := checkTokenRange(token); err != nil {
+		return bindRefuse, err
+	}
 	if !exists || reg.Epoch < token {
 		return bindReserve, nil
 	}
@@ -53,16 +56,22 @@ func decideBind(reg Register, exists bool, token uint64, holder, claim string) (
 
 // autoToken picks the token an auto bind tries: one above everything seen
 // (the register, the highest reservation listed, and the token this Guard
-// already holds).
-func autoToken(reg Register, exists bool, maxReserved, current uint64) uint64 {
-	n := maxReserved
-	if exists && reg.Epoch > n {
-		n = reg.Epoch
+// already holds). When everything seen is at MaxToken or above (a register
+// written by a version of fencefs that had no MaxToken) there is no such
+// token: ErrTokensSpent, never a number that wraps round.
+func autoToken(reg Register, exists bool, maxReserved, current uint64) (uint64, error) {
+	n, what := maxReserved, "a reservation"
+	if exists && reg.Epoch >= n {
+		n, what = reg.Epoch, "the epoch register"
 	}
 	if current > n {
-		n = current
+		n, what = current, "this mount's token"
 	}
-	return n + 1
+	if n >= MaxToken {
+		return 0, fmt.Errorf("%w: %s is at epoch %d and the largest token is %d (docs/DESIGN.md §5: a new fence domain)",
+			ErrTokensSpent, what, n, MaxToken)
+	}
+	return n + 1, nil
 }
 
 // reservationOurs reports whether an existing reservation of an epoch

@@ -55,19 +55,54 @@ func TestAutoTokenIsAboveEverythingSeen(t *testing.T) {
 		maxReserved uint64
 		current     uint64
 		want        uint64
+		spent       string // non-empty: ErrTokensSpent naming this
 	}{
-		{"empty bucket issues 1", Register{}, false, 0, 0, 1},
-		{"register 17 issues 18", Register{Epoch: 17}, true, 0, 0, 18},
-		{"a reservation above the register wins", Register{Epoch: 17}, true, 20, 0, 21},
-		{"reset register never reissues a reserved number", Register{}, false, 40, 0, 41},
-		{"a rebinding guard goes above its own token", Register{Epoch: 5}, true, 0, 9, 10},
+		{name: "empty bucket issues 1", want: 1},
+		{name: "register 17 issues 18", reg: Register{Epoch: 17}, exists: true, want: 18},
+		{name: "a reservation above the register wins", reg: Register{Epoch: 17}, exists: true, maxReserved: 20, want: 21},
+		{name: "reset register never reissues a reserved number", maxReserved: 40, want: 41},
+		{name: "a rebinding guard goes above its own token", reg: Register{Epoch: 5}, exists: true, current: 9, want: 10},
+		{name: "one below the largest issues the largest", reg: Register{Epoch: MaxToken - 1}, exists: true, want: MaxToken},
+		{name: "a register at the largest token is spent", reg: Register{Epoch: MaxToken}, exists: true,
+			spent: "the epoch register is at epoch 9223372036854775807 and the largest token is 9223372036854775807"},
+		{name: "a legacy register at 2^64-1 is spent, not wrapped to 0", reg: Register{Epoch: 1<<64 - 1}, exists: true,
+			spent: "the epoch register is at epoch 18446744073709551615"},
+		{name: "a reservation at the largest token is spent", maxReserved: MaxToken, spent: "a reservation is at epoch 9223372036854775807"},
+		{name: "a guard holding the largest token is spent", reg: Register{Epoch: 3}, exists: true, current: MaxToken,
+			spent: "this mount's token is at epoch 9223372036854775807"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := autoToken(tc.reg, tc.exists, tc.maxReserved, tc.current); got != tc.want {
-				t.Errorf("autoToken = %d, want %d", got, tc.want)
+			got, err := autoToken(tc.reg, tc.exists, tc.maxReserved, tc.current)
+			if tc.spent != "" {
+				if !errors.Is(err, ErrTokensSpent) || !errors.Is(err, ErrBadToken) || !strings.Contains(err.Error(), tc.spent) || got != 0 {
+					t.Errorf("autoToken = %d, %v; want ErrTokensSpent saying %q", got, err, tc.spent)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("autoToken = %d, %v; want %d", got, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestDecideBindRefusesTokensAboveTheLargest(t *testing.T) {
+	for _, tc := range []struct {
+		token uint64
+		step  bindStep
+	}{
+		{MaxToken, bindReserve},
+		{MaxToken + 1, bindRefuse},
+		{1<<64 - 1, bindRefuse},
+	} {
+		step, err := decideBind(Register{Epoch: 5}, true, tc.token, "B", "c")
+		if step != tc.step {
+			t.Errorf("decideBind(%d) = %v, %v; want step %v", tc.token, step, err, tc.step)
+		}
+		if tc.step == bindRefuse && (!errors.Is(err, ErrBadToken) || !strings.Contains(err.Error(), "is above the largest token, 9223372036854775807")) {
+			t.Errorf("decideBind(%d) error %v does not name the largest token", tc.token, err)
+		}
 	}
 }
 

@@ -49,6 +49,7 @@ var (
 //	fencing.ErrFenced, ErrReadOnly        EROFS   (a newer epoch exists / no token)
 //	fencing.ErrStale                      ESTALE  (someone else changed the object)
 //	fencing.ErrUnverified                 EIO     (the epoch register could not be read)
+//	fencing.ErrTokensSpent                EOVERFLOW (auto found the register at MaxToken)
 //	fencing.ErrBadToken                   EINVAL
 //	objstore.ErrNotFound                  ENOENT
 //	objstore.ErrPrecondition              ESTALE  (creates report errExist → EEXIST)
@@ -76,6 +77,8 @@ func toErrno(err error) syscall.Errno {
 		return syscall.ESTALE
 	case errors.Is(err, fencing.ErrUnverified):
 		return syscall.EIO
+	case errors.Is(err, fencing.ErrTokensSpent):
+		return syscall.EOVERFLOW
 	case errors.Is(err, fencing.ErrBadToken):
 		return syscall.EINVAL
 	case errors.Is(err, errExist):

@@ -24,6 +24,7 @@ func TestToErrnoMapsEveryErrorClassToOneErrno(t *testing.T) {
 		{"stale is ESTALE", wrap(fencing.ErrStale), syscall.ESTALE},
 		{"unverifiable epoch is EIO", wrap(fencing.ErrUnverified), syscall.EIO},
 		{"bad token is EINVAL", wrap(fencing.ErrBadToken), syscall.EINVAL},
+		{"a spent token space is EOVERFLOW", wrap(fencing.ErrTokensSpent), syscall.EOVERFLOW},
 		{"not found is ENOENT", wrap(objstore.ErrNotFound), syscall.ENOENT},
 		{"failed precondition is ESTALE", wrap(objstore.ErrPrecondition), syscall.ESTALE},
 		{"create over an existing name is EEXIST", wrap(errExist), syscall.EEXIST},

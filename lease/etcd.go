@@ -142,7 +142,12 @@ func campaign(ctx context.Context, client *clientv3.Client, pfx, holder string, 
 			var resp *clientv3.GetResponse
 			resp, err = client.Get(ctx, elec.Key())
 			if err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == elec.Rev() && sessionAlive(s) {
-				return &Election{session: s, elec: elec, token: uint64(elec.Rev())}, nil
+				tok, terr := coordinatorToken(EtcdSource, elec.Rev())
+				if terr != nil {
+					closeSession(s, ttlSec)
+					return nil, terr
+				}
+				return &Election{session: s, elec: elec, token: tok}, nil
 			}
 		}
 		alive := sessionAlive(s)

@@ -15,6 +15,18 @@ import (
 // --token, the S3 lease, another etcd cluster or ZooKeeper ensemble).
 var ErrTokenSource = errors.New("token source mismatch")
 
+// coordinatorToken turns a coordinator's number (an etcd create revision, a
+// ZooKeeper creation zxid: both int64s, so never above fencing.MaxToken)
+// into a fencing token. A number below 1 is refused: as a token, 0 would
+// mean auto (the register's next epoch, not the coordinator's order) and a
+// negative one would wrap to a huge token.
+func coordinatorToken(src TokenSource, n int64) (uint64, error) {
+	if n < 1 {
+		return 0, fmt.Errorf("%w: %s %d is not a token (accepted: 1 to %d)", fencing.ErrBadToken, src.Token, n, fencing.MaxToken)
+	}
+	return uint64(n), nil
+}
+
 // TokenSource names a coordinator's tokens in ErrTokenSource errors.
 type TokenSource struct {
 	Token  string // what a token is: "the etcd revision"

@@ -258,10 +258,14 @@ func (e *ZooKeeperElection) readToken(ctx context.Context) error {
 	if err != nil {
 		return e.explain("reading", e.node, err)
 	}
-	if st.Czxid <= 0 || !e.sess.alive() {
+	if !e.sess.alive() {
 		return errSessionEnded
 	}
-	e.token = uint64(st.Czxid)
+	tok, err := coordinatorToken(ZooKeeperSource, st.Czxid)
+	if err != nil {
+		return err
+	}
+	e.token = tok
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fencefs/fencefs/config"
+	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/fusefs"
 	"github.com/fencefs/fencefs/lease"
 	"github.com/prometheus/client_golang/prometheus"
@@ -452,6 +453,8 @@ func explainBindErrno(mp string, err error) error {
 	switch {
 	case errors.Is(err, unix.EROFS):
 		return fmt.Errorf("the mount at %s refused the token (EROFS): it is read-only (--read-only) or its fencing is off, or a newer epoch appeared meanwhile", mp)
+	case errors.Is(err, unix.EOVERFLOW):
+		return fmt.Errorf("the mount at %s could not bind a token (EOVERFLOW): the fence domain's token space is spent (the epoch register is at the largest token, %d); see docs/OPERATIONS.md", mp, fencing.MaxToken)
 	case errors.Is(err, unix.EIO):
 		return fmt.Errorf("the mount at %s could not bind a token (EIO): the epoch register could not be read or written; see the mount's log", mp)
 	case errors.Is(err, unix.ENOTSUP), errors.Is(err, unix.EPERM):

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -106,6 +108,39 @@ func TestBackgroundChildsFailLineCarriesTheExitStatus(t *testing.T) {
 	} {
 		if code, msg := parseFailLine(tc.line); code != tc.code || msg != tc.msg {
 			t.Errorf("parseFailLine(%q) = %d, %q; want %d, %q", tc.line, code, msg, tc.code, tc.msg)
+		}
+	}
+}
+
+func TestTokenFileAcceptsOneToTheLargestToken(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		content string
+		want    string // "" = refused with this text in msg
+		msg     string
+	}{
+		{"1\n", "1", ""},
+		{"auto\n", "auto", ""},
+		{"9223372036854775807\n", "9223372036854775807", ""},
+		{"9223372036854775808\n", "", "token 9223372036854775808 is above the largest token, 9223372036854775807"},
+		{"18446744073709551615", "", "is above the largest token"},
+		{"0", "", "is not a valid token"},
+	}
+	for i, tc := range tests {
+		path := filepath.Join(dir, fmt.Sprintf("epoch%d", i))
+		if err := os.WriteFile(path, []byte(tc.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readTokenFile(path)
+		if tc.want != "" {
+			if err != nil || got != tc.want {
+				t.Errorf("readTokenFile(%q) = %q, %v; want %q", tc.content, got, err, tc.want)
+			}
+			continue
+		}
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.msg) || !strings.Contains(err.Error(), path) {
+			t.Errorf("readTokenFile(%q) = %q, %v; want a usage error naming %s and saying %q", tc.content, got, err, path, tc.msg)
 		}
 	}
 }
