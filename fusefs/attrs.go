@@ -61,17 +61,17 @@ func (b *nodeBase) Setxattr(ctx context.Context, attr string, data []byte, flags
 	ctx, cancel := b.fsys.mutctx(ctx)
 	defer cancel()
 	if b.ino.IsRoot() && strings.HasPrefix(attr, xattrControlPrefix) {
-		return b.fsys.errno("setxattr", attr, b.fsys.controlSet(ctx, attr, data))
+		return b.fsys.mutationErrno(ctx, "setxattr", attr, b.fsys.controlSet(ctx, attr, data))
 	}
 	k, _ := b.key()
 	if err := b.userXattrsAllowed(); err != nil {
-		return b.fsys.errno("setxattr", k, err)
+		return b.fsys.mutationErrno(ctx, "setxattr", k, err)
 	}
 	mutate, err := xattrSetMutation(attr, data, flags)
 	if err == nil {
 		err = b.metaUpdate(ctx, mutate)
 	}
-	return b.fsys.errno("setxattr", k, err)
+	return b.fsys.mutationErrno(ctx, "setxattr", k, err)
 }
 
 // Removexattr removes a user attribute.
@@ -80,13 +80,13 @@ func (b *nodeBase) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	defer cancel()
 	k, _ := b.key()
 	if err := b.userXattrsAllowed(); err != nil {
-		return b.fsys.errno("removexattr", k, err)
+		return b.fsys.mutationErrno(ctx, "removexattr", k, err)
 	}
 	mutate, err := xattrRemoveMutation(attr)
 	if err == nil {
 		err = b.metaUpdate(ctx, mutate)
 	}
-	return b.fsys.errno("removexattr", k, err)
+	return b.fsys.mutationErrno(ctx, "removexattr", k, err)
 }
 
 func (b *nodeBase) userXattrsAllowed() error {
@@ -111,7 +111,7 @@ func (b *nodeBase) setattrNow(ctx context.Context, in *fuse.SetAttrIn, out *fuse
 	}
 	if err != nil {
 		key, _ := b.key()
-		return b.fsys.errno("setattr", key, err)
+		return b.fsys.mutationErrno(ctx, "setattr", key, err)
 	}
 	fill(&out.Attr)
 	return 0

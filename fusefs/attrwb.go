@@ -165,7 +165,7 @@ func (d *dirNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) sysc
 	defer cancel()
 	if err := d.storePendingAttr(ctx); err != nil {
 		key, _ := d.key()
-		return d.fsys.errno("fsync", key, err)
+		return d.fsys.mutationErrno(ctx, "fsync", key, err)
 	}
 	return 0
 }

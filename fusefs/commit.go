@@ -353,7 +353,7 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 	defer cancel()
 	key, _ := n.key()
 	if err := n.setattr(ctx, f, in); err != nil {
-		return n.fsys.errno("setattr", key, err)
+		return n.fsys.mutationErrno(ctx, "setattr", key, err)
 	}
 	n.fillAttr(&out.Attr)
 	return 0

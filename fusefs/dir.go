@@ -287,7 +287,7 @@ var _ = (fs.NodeCreater)((*dirNode)(nil))
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	key, err := d.writableChild("create", name)
 	if err != nil {
-		return nil, nil, 0, d.fsys.errno("create", key, err)
+		return nil, nil, 0, d.fsys.mutationErrno(ctx, "create", key, err)
 	}
 	ctx, cancel := d.fsys.mutctx(ctx)
 	defer cancel()
@@ -304,7 +304,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		meta := encodeAttr(a, nil)
 		info, err := d.fsys.createEmpty(ctx, key, meta)
 		if err != nil {
-			return nil, nil, 0, d.fsys.errno("create", key, err)
+			return nil, nil, 0, d.fsys.mutationErrno(ctx, "create", key, err)
 		}
 		n.setInfo(mergeInfo(info, key, 0, meta))
 		n.attr = a
@@ -341,19 +341,19 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 		err = d.fsys.checkWritable("mknod")
 	}
 	if err != nil {
-		return nil, d.fsys.errno("mknod", key, err)
+		return nil, d.fsys.mutationErrno(ctx, "mknod", key, err)
 	}
 	ctx, cancel := d.fsys.mutctx(ctx)
 	defer cancel()
 	if isSpecialKind(kind) {
 		ch, err := d.mknodSpecial(ctx, name, key, mode, dev, out)
-		return ch, d.fsys.errno("mknod", key, err)
+		return ch, d.fsys.mutationErrno(ctx, "mknod", key, err)
 	}
 	a := newAttr(ctx, kindFile, mode)
 	meta := encodeAttr(a, nil)
 	info, err := d.fsys.createEmpty(ctx, key, meta)
 	if err != nil {
-		return nil, d.fsys.errno("mknod", key, err)
+		return nil, d.fsys.mutationErrno(ctx, "mknod", key, err)
 	}
 	n := newFileNode(d.fsys, mergeInfo(info, key, 0, meta))
 	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
@@ -368,7 +368,7 @@ var _ = (fs.NodeMkdirer)((*dirNode)(nil))
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	key, err := d.writableChild("mkdir", name)
 	if err != nil {
-		return nil, d.fsys.errno("mkdir", key, err)
+		return nil, d.fsys.mutationErrno(ctx, "mkdir", key, err)
 	}
 	ctx, cancel := d.fsys.mutctx(ctx)
 	defer cancel()
@@ -377,7 +377,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	start := time.Now()
 	info, err := d.fsys.createEmpty(ctx, marker, meta)
 	if err != nil {
-		return nil, d.fsys.errno("mkdir", marker, err)
+		return nil, d.fsys.mutationErrno(ctx, "mkdir", marker, err)
 	}
 	n := newDirNode(d.fsys, mergeInfo(info, marker, 0, meta))
 	// The kernel looked the name up (absent: no object, marker or object
@@ -402,7 +402,7 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 		err = d.fsys.checkWritable("symlink")
 	}
 	if err != nil {
-		return nil, d.fsys.errno("symlink", key, err)
+		return nil, d.fsys.mutationErrno(ctx, "symlink", key, err)
 	}
 	ctx, cancel := d.fsys.mutctx(ctx)
 	defer cancel()
@@ -412,7 +412,7 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 		return d.fsys.guard.Put(ctx, key, bytes.NewReader(body), int64(len(body)), base, meta)
 	})
 	if err != nil {
-		return nil, d.fsys.errno("symlink", key, err)
+		return nil, d.fsys.mutationErrno(ctx, "symlink", key, err)
 	}
 	n := newSymlinkNode(d.fsys, mergeInfo(info, key, int64(len(body)), meta))
 	n.target, n.targetETag = target, n.info.ETag
@@ -467,7 +467,7 @@ func (d *dirNode) remove(ctx context.Context, op, name string, rm func(ctx conte
 			}
 		}
 	}
-	return d.fsys.errno(op, key, err)
+	return d.fsys.mutationErrno(ctx, op, key, err)
 }
 
 func (d *dirNode) unlink(ctx context.Context, name, key string) error {
@@ -590,7 +590,7 @@ func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttr
 		defer cancel()
 		err := d.setattrDir(ctx, mutate)
 		if err != nil {
-			return d.fsys.errno("setattr", key, err)
+			return d.fsys.mutationErrno(ctx, "setattr", key, err)
 		}
 	}
 	d.fillAttr(&out.Attr)

@@ -127,6 +127,20 @@ func toErrno(err error) syscall.Errno {
 	return syscall.EIO
 }
 
+// mutationErrno is errno for the failure of a call that changes the file
+// system (open for writing, write, flush, fsync, setattr, create, mkdir,
+// unlink, rename, setxattr …). A stale answer (ESTALE) there is first put to
+// the Guard (fencing.Guard.Stale): when a newer epoch holds the bucket the
+// call was a stale leader's, and its answer is EROFS like every other
+// mutation of a stale leader (the Guard latches fenced); otherwise ESTALE
+// stays. Reads never ask: they are never fenced.
+func (fsys *filesystem) mutationErrno(ctx context.Context, op, key string, err error) syscall.Errno {
+	if fsys.guard != nil && toErrno(err) == syscall.ESTALE {
+		err = fsys.guard.Stale(ctx, op, key, err)
+	}
+	return fsys.errno(op, key, err)
+}
+
 // errno converts err with toErrno and logs the original error once: at debug
 // level for the expected outcomes (ENOENT, ENODATA, EEXIST, ENOTSUP, …), at
 // warning level for everything else, so that an EROFS or ESTALE a user sees

@@ -205,13 +205,16 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	}
 	h, fuseFlags, err := n.openLazily(ctx, key, flags)
 	n.openMu.Unlock()
+	if err != nil && writing {
+		return nil, 0, n.fsys.mutationErrno(ctx, "open", key, err)
+	}
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", key, err)
 	}
 	if flags&syscall.O_TRUNC != 0 {
 		if err := n.truncateAt(ctx, 0, true); err != nil {
 			n.releaseHandle(h)
-			return nil, 0, n.fsys.errno("open", key, err)
+			return nil, 0, n.fsys.mutationErrno(ctx, "open", key, err)
 		}
 	}
 	return h, fuseFlags, 0

@@ -172,7 +172,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	w, err := h.node.write(ctx, data, off)
 	if err != nil {
 		k, _ := h.node.key()
-		return w, h.node.fsys.errno("write", k, err)
+		return w, h.node.fsys.mutationErrno(ctx, "write", k, err)
 	}
 	return w, 0
 }
@@ -196,7 +196,7 @@ func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	defer cancel()
 	if err := h.node.sync(ctx, h.writable); err != nil {
 		k, _ := h.node.key()
-		return h.node.fsys.errno("flush", k, err)
+		return h.node.fsys.mutationErrno(ctx, "flush", k, err)
 	}
 	return 0
 }
@@ -210,7 +210,7 @@ func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	defer cancel()
 	if err := h.node.sync(ctx, true); err != nil {
 		k, _ := h.node.key()
-		return h.node.fsys.errno("fsync", k, err)
+		return h.node.fsys.mutationErrno(ctx, "fsync", k, err)
 	}
 	return 0
 }
@@ -237,16 +237,16 @@ func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32
 	switch mode {
 	case 0:
 	case unix.FALLOC_FL_KEEP_SIZE:
-		return n.fsys.errno("fallocate", k, n.fsys.checkWritable("fallocate"))
+		return n.fsys.mutationErrno(ctx, "fallocate", k, n.fsys.checkWritable("fallocate"))
 	default:
-		return n.fsys.errno("fallocate", k, fmt.Errorf("%w: fallocate mode %#x", errNotSupported, mode))
+		return n.fsys.mutationErrno(ctx, "fallocate", k, fmt.Errorf("%w: fallocate mode %#x", errNotSupported, mode))
 	}
 	n.mu.Lock()
 	cur := n.size
 	n.mu.Unlock()
 	if end := int64(off + size); end > cur {
 		if err := n.truncate(ctx, end); err != nil {
-			return n.fsys.errno("fallocate", k, err)
+			return n.fsys.mutationErrno(ctx, "fallocate", k, err)
 		}
 	}
 	return 0

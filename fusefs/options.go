@@ -33,6 +33,7 @@ type Guard interface {
 	Copy(ctx context.Context, src, srcETag, dst string, dstBase fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Delete(ctx context.Context, key string, base fencing.Version) error
 	Landed(ctx context.Context, key, wid string) (objstore.ObjectInfo, bool, error)
+	Stale(ctx context.Context, op, key string, cause error) error
 }
 
 var _ Guard = (*fencing.Guard)(nil)

@@ -31,11 +31,11 @@ var _ = (fs.NodeRenamer)((*dirNode)(nil))
 func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	srcKey, err := d.childKey(name)
 	if err != nil {
-		return d.fsys.errno("rename", srcKey, err)
+		return d.fsys.mutationErrno(ctx, "rename", srcKey, err)
 	}
 	np, ok := newParent.(*dirNode)
 	if !ok {
-		return d.fsys.errno("rename", srcKey, fmt.Errorf("%w: destination parent is not a directory", errNotDir))
+		return d.fsys.mutationErrno(ctx, "rename", srcKey, fmt.Errorf("%w: destination parent is not a directory", errNotDir))
 	}
 	dstKey, err := np.childKey(newName)
 	if err == nil && flags&^uint32(unix.RENAME_NOREPLACE) != 0 {
@@ -53,7 +53,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 			d.noteRemoval(name)
 		}
 	}
-	return d.fsys.errno("rename", srcKey+" -> "+dstKey, err)
+	return d.fsys.mutationErrno(ctx, "rename", srcKey+" -> "+dstKey, err)
 }
 
 func (d *dirNode) rename(ctx context.Context, name, srcKey string, np *dirNode, newName, dstKey string, noreplace bool) error {
