@@ -42,7 +42,9 @@ func init() {
 // FENCEFS_MOUNT (from fencefs run), LEASE_CHILD_NAME, LEASE_CHILD_LOG, and
 // LEASE_CHILD_MODE: "hold" writes one file, waits for LEASE_CHILD_HOLD (a
 // duration) or until the file LEASE_CHILD_UNTIL exists, and exits 0; "loop"
-// writes a new file every 100 ms until SIGTERM, then exits 0. Log lines:
+// writes a new file every 100 ms until SIGTERM, then exits 0; "append"
+// appends a line to the file "log" every 100 ms until SIGTERM (exit 0) or
+// the first failed append (exit 1). Log lines:
 //
 //	start NAME TOKEN PID BOUND   (BOUND: the mount's user.fencefs.token)
 //	write NAME TOKEN KEY ok|EROFS|err:…
@@ -100,6 +102,29 @@ func leaseChild() int {
 		}
 		say("end %s %s", name, tok)
 		return 0
+	case "append":
+		// Like `set -e; while :; do echo … >> log; sleep 0.1; done`: the
+		// first failed append ends the command with status 1.
+		for i := 0; ; i++ {
+			key := fmt.Sprintf("log-%s-%s-%03d", name, tok, i)
+			res := "ok"
+			if err := appendLine(filepath.Join(mnt, "log"), key+"\n"); errors.Is(err, syscall.EROFS) {
+				res = "EROFS"
+			} else if err != nil {
+				res = "err:" + strings.ReplaceAll(err.Error(), " ", "_")
+			}
+			say("write %s %s %s %s", name, tok, key, res)
+			if res != "ok" {
+				say("end %s %s", name, tok)
+				return 1
+			}
+			select {
+			case <-term:
+				say("term %s %s", name, tok)
+				return 0
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 	case "loop":
 		for i := 0; ; i++ {
 			write(i)
@@ -113,6 +138,20 @@ func leaseChild() int {
 	}
 	say("bad mode %q", os.Getenv("LEASE_CHILD_MODE"))
 	return 3
+}
+
+// appendLine is `echo line >> path`: open with O_APPEND, write, close (the
+// close's error counts, as the shell's would with set -e).
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(line)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // childEvent is one parsed line of a child log.

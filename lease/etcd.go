@@ -234,6 +234,29 @@ func (e *Election) Held() bool {
 	return e.Err() == nil && sessionAlive(e.session)
 }
 
+// Confirm reads the leader key (a linearizable read): the leadership is
+// confirmed while the key exists with this election's create revision, and
+// lost when it is gone (its lease expired, or it was deleted) or the
+// session has ended (Leader.Confirm).
+func (e *Election) Confirm(ctx context.Context) error {
+	if err := e.Err(); err != nil {
+		return err
+	}
+	if !sessionAlive(e.session) {
+		e.lose(fmt.Errorf("%w: the etcd session ended (its keepalives went unanswered for the TTL, or its lease expired or was revoked)", ErrLost))
+		return e.Err()
+	}
+	resp, err := e.session.Client().Get(ctx, e.elec.Key())
+	if err != nil {
+		return fmt.Errorf("confirming the leadership in etcd: %w", err)
+	}
+	if len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != e.elec.Rev() {
+		e.lose(fmt.Errorf("%w: the leader key %s is gone (its etcd lease expired or was revoked, or the key was deleted)", ErrLost, e.elec.Key()))
+		return e.Err()
+	}
+	return nil
+}
+
 // Release resigns (deletes the leader key, so that the next candidate wins
 // at once) and revokes the session's lease. It returns nil, an error
 // wrapping ErrLost when the leadership had been lost, or etcd's error (the

@@ -107,6 +107,18 @@ func (l *Lease) Renew(ctx context.Context) error {
 	return l.writeNow(ctx, 0)
 }
 
+// Confirm renews the lease now: a conditional write that fails when
+// someone else took the lease over (Leader.Confirm). A lease whose own
+// deadline has passed is lost, whatever the storage says.
+func (l *Lease) Confirm(ctx context.Context) error {
+	err := l.Renew(ctx)
+	if err != nil && l.Err() == nil && !l.Held() {
+		l.lose(fmt.Errorf("%w: not renewed within %v (TTL %v minus the safety margin)", ErrLost, l.ttl-margin(l.ttl), l.ttl))
+		return l.Err()
+	}
+	return err
+}
+
 // RecordToken records tok as the lease's fencing token in the lease object,
 // for callers that bind a token themselves after Acquire. If the write
 // fails transiently it returns the error, and the next renewal records the

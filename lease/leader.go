@@ -34,6 +34,15 @@ type Leader interface {
 	// Err is nil while held, wraps ErrLost after a loss, and is
 	// ErrReleased after Release.
 	Err() error
+	// Confirm asks the coordinator now whether this process still leads
+	// (the S3 lease: a renewal; etcd: a linearizable read of the leader
+	// key; ZooKeeper: a sync and a read of the leader znode). nil: it
+	// does, as of a moment after the call began. An error wrapping
+	// ErrLost: it does not, and the holding has ended (Lost is closed).
+	// ErrReleased after Release. Any other error: the coordinator could
+	// not tell (unreachable, ctx ended); the holding is unchanged, and
+	// Held turns false at its own deadline if that goes on.
+	Confirm(ctx context.Context) error
 	// Release gives the leadership up so that a waiting contender takes
 	// over at once. Idempotent; an error wrapping ErrLost means it had
 	// been lost already.

@@ -464,6 +464,38 @@ func (e *ZooKeeperElection) Held() bool {
 	return e.Err() == nil && e.sess.alive()
 }
 
+// Confirm syncs with the ensemble's leader and reads the leader znode: the
+// leadership is confirmed while the znode exists, and lost when it is gone
+// or the session has ended (expired while this process was frozen, say)
+// (Leader.Confirm).
+func (e *ZooKeeperElection) Confirm(ctx context.Context) error {
+	if err := e.Err(); err != nil {
+		return err
+	}
+	ok, err := zkRetry(ctx, e.sess, func() (bool, error) {
+		if _, err := e.sess.conn.Sync(e.node); err != nil {
+			return false, err
+		}
+		ok, _, err := e.sess.conn.Exists(e.node)
+		return ok, err
+	})
+	switch {
+	case !e.sess.alive() || errors.Is(err, zk.ErrSessionExpired):
+		why := e.sess.err()
+		if why == nil {
+			why = fmt.Errorf("no ZooKeeper server answered for the session timeout %v", e.sess.sessionTimeout())
+		}
+		e.lose(fmt.Errorf("%w: %v", ErrLost, why))
+		return e.Err()
+	case err != nil:
+		return fmt.Errorf("confirming the leadership in ZooKeeper: %w", err)
+	case !ok:
+		e.lose(fmt.Errorf("%w: the leader znode %s is gone (its session expired, or it was deleted)", ErrLost, e.node))
+		return e.Err()
+	}
+	return nil
+}
+
 // Release resigns: it deletes the leader znode (the next candidate wins at
 // once), the containers above it left empty, and closes the session. It
 // returns nil, an error wrapping ErrLost when the leadership had been

@@ -171,6 +171,9 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		return err
 	}
 	waitErr, lostErr := superviseCommand(env, o, c, l, sigs)
+	if lostErr == nil {
+		lostErr = resolveLeadership(env, o, l, mp)
+	}
 	release()
 	return runExit(o, argv[0], c.ProcessState, waitErr, lostErr)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencefs/fencefs/fusefs"
 	"github.com/fencefs/fencefs/lease"
 )
 
@@ -88,6 +90,50 @@ loop:
 		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 	}
 	return waitErr, lostErr
+}
+
+// resolveLeadership decides, once the command has ended while l still
+// looked held, whether this process still led: a command that failed
+// because a newer leader took over (a frozen process thawed, say) must
+// make fencefs run exit 75 like a loss seen while it ran, not with the
+// command's status. The mount at mp fenced is a loss (a newer epoch holds
+// the bucket); otherwise l.Confirm asks the coordinator, again until it
+// answers, l is lost, or l's own deadline passes (Held turns false within
+// the TTL); a coordinator silent beyond twice the TTL counts as a loss
+// too. It returns nil when the leadership was confirmed, else why it was
+// lost (wrapping lease.ErrLost), and logs which.
+func resolveLeadership(env *adminEnv, o runOptions, l lease.Leader, mp string) error {
+	giveUp := time.Now().Add(2*o.ttl + 5*time.Second)
+	for attempt := 0; ; attempt++ {
+		if st, err := readStatus(mp); err == nil && st[statusKey(fusefs.XattrState)] == "fenced" {
+			lost := fmt.Errorf("%w: the mount at %s is fenced: %s", lease.ErrLost, mp, st[statusKey(fusefs.XattrReason)])
+			env.log.Warn("the command ended after the leadership was lost", "lease", o.lease, "reason", lost)
+			return lost
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(o.ttl/3, time.Second))
+		err := l.Confirm(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			env.log.Info("the command ended; the leadership is confirmed", "lease", o.lease, "token", l.Token())
+			return nil
+		case errors.Is(err, lease.ErrLost):
+			env.log.Warn("the command ended after the leadership was lost", "lease", o.lease, "reason", err)
+			return err
+		case !l.Held() || time.Now().After(giveUp):
+			lost := fmt.Errorf("%w: it could not be confirmed after the command ended (%v)", lease.ErrLost, err)
+			env.log.Warn("the command ended; the leadership could not be confirmed: counted as lost", "lease", o.lease, "err", err)
+			return lost
+		}
+		if attempt == 0 {
+			env.log.Warn("the command ended; confirming the leadership", "lease", o.lease, "err", err)
+		}
+		select {
+		case <-l.Lost():
+			return l.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // runExit is fencefs run's result once the command name has finished (ps,
