@@ -114,17 +114,7 @@ func frozenLeaderIsFencedAndStopped(t *testing.T, gw *gateway.Gateway, co coordi
 		t.Fatalf("B's command started while A leads: %v", evs)
 	}
 
-	// Freeze the whole leader: fencefs run, its command, its mount.
-	for _, pid := range []int{runA.cmd.Process.Pid, -startA.pid, ma.Pid()} {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatalf("SIGSTOP %d: %v", pid, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, pid := range []int{ma.Pid(), -startA.pid, runA.cmd.Process.Pid} {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	})
+	freezeLeader(t, runA, startA.pid, ma)
 	startB := waitLeading(ctx, t, logB, "B leads once A's session ends, and writes")
 	if startB.token <= startA.token {
 		t.Fatalf("B's token %d is not above A's %d", startB.token, startA.token)
@@ -158,6 +148,23 @@ func frozenLeaderIsFencedAndStopped(t *testing.T, gw *gateway.Gateway, co coordi
 	if left := co.candidates(); len(left) != 0 {
 		t.Errorf("candidates after B resigned: %v", left)
 	}
+}
+
+// freezeLeader stops the whole leader — fencefs run, its command's process
+// group (cmdPid), its mount — and makes sure the test never leaves them
+// frozen.
+func freezeLeader(t *testing.T, run *runProc, cmdPid int, mount *harness.FS) {
+	t.Helper()
+	for _, pid := range []int{run.cmd.Process.Pid, -cmdPid, mount.Pid()} {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatalf("SIGSTOP %d: %v", pid, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, pid := range []int{mount.Pid(), -cmdPid, run.cmd.Process.Pid} {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
 }
 
 // waitLeading waits until the command logging to logPath has started and

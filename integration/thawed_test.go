@@ -51,17 +51,7 @@ func thawedAppenderIsRefusedAndRunExits75(t *testing.T, gw *gateway.Gateway, arg
 	runA := startRun(t, gw, "A", "leader", ma.Dir, []string{"LEASE_CHILD_LOG=" + logA, "LEASE_CHILD_MODE=append"}, args...)
 	startA := waitLeading(ctx, t, logA, "A's command appends through its mount")
 
-	// Freeze the whole leader: fencefs run, its command, its mount.
-	for _, pid := range []int{runA.cmd.Process.Pid, -startA.pid, ma.Pid()} {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatalf("SIGSTOP %d: %v", pid, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, pid := range []int{ma.Pid(), -startA.pid, runA.cmd.Process.Pid} {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	})
+	freezeLeader(t, runA, startA.pid, ma)
 	frozenAt := len(readChildLog(t, logA))
 
 	runB := startRun(t, gw, "B", "leader", mb.Dir, []string{"LEASE_CHILD_LOG=" + logB, "LEASE_CHILD_MODE=append"}, args...)
