@@ -1,12 +1,16 @@
-// Package lease is leader election on an S3 bucket, paired with fencing: a
-// named lease that one holder at a time acquires, renews and releases by
-// conditional writes, and whose holder takes its fencing token from the same
-// epoch register every fencefs mount uses. The lease detects a lost leader;
-// the token stops the lost leader's writes. Neither alone is enough: a
-// leader paused by GC or a VM freeze does not learn in time that its lease
-// expired, and a token without a lease has no one to hand it out. This is the
-// "robust scheme" (Kleppmann's lease + fencing token) with no ZooKeeper or
-// etcd: only the bucket.
+// Package lease is leader election paired with fencing: a held leadership
+// (lease.Leader) whose fencing token the bucket's epoch register orders.
+// The default is a named lease on the S3 bucket itself, which one holder at
+// a time acquires, renews and releases by conditional writes, and whose
+// holder takes its token from the same register every fencefs mount uses;
+// an etcd election (the leader key's create revision) and a ZooKeeper
+// election (the leader znode's creation zxid) give their tokens the same
+// way. The lease detects a lost leader; the token stops the lost leader's
+// writes. Neither alone is enough: a leader paused by GC or a VM freeze
+// does not learn in time that its lease expired, and a token without a
+// lease has no one to hand it out. This is the "robust scheme"
+// (Kleppmann's lease + fencing token); the S3 lease needs nothing but the
+// bucket.
 //
 // # Objects
 //

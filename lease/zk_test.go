@@ -69,14 +69,7 @@ func TestZooKeeperLeadersTakeTurnsWithGrowingTokensAndLeaveNothing(t *testing.T)
 		if tok := <-b.ch; tok != first.Token() || tok <= last || !first.Held() {
 			t.Fatalf("round %d: bound %d, token %d, held %v after %d; want a growing token, bound, held", round, tok, first.Token(), first.Held(), last)
 		}
-		second := make(chan *lease.ZooKeeperElection, 1)
-		go func() {
-			e, err := lease.CampaignZooKeeper(ctx, "leader", opts)
-			if err != nil {
-				t.Error(err)
-			}
-			second <- e
-		}()
+		second := campaignInBackground(ctx, opts)
 		waitFor(t, "the second candidate's znode", func() bool {
 			kids, _, _ := c.Children("/apps/fencefs/leader")
 			return len(kids) == 2
@@ -91,12 +84,13 @@ func TestZooKeeperLeadersTakeTurnsWithGrowingTokensAndLeaveNothing(t *testing.T)
 		}
 		var e2 *lease.ZooKeeperElection
 		select {
-		case e2 = <-second:
+		case r := <-second:
+			if r.err != nil {
+				t.Fatalf("the second candidate: %v", r.err)
+			}
+			e2 = r.e
 		case <-time.After(zkTimeout): // a resignation hands over at once
 			t.Fatal("the second candidate did not win after the first resigned")
-		}
-		if e2 == nil {
-			t.FailNow()
 		}
 		if tok := <-b.ch; tok != e2.Token() || tok <= first.Token() {
 			t.Fatalf("second leader bound %d (token %d); want above %d", tok, e2.Token(), first.Token())
@@ -137,14 +131,7 @@ func TestZooKeeperCandidateWaitsForTheLeaderNotForACandidateBeforeIt(t *testing.
 	bDone := make(chan error, 1)
 	go func() { _, err := lease.CampaignZooKeeper(bCtx, "leader", opts); bDone <- err }()
 	waitFor(t, "B's znode", func() bool { kids, _, _ := c.Children(dir); return len(kids) == 2 })
-	cDone := make(chan *lease.ZooKeeperElection, 1)
-	go func() {
-		e, err := lease.CampaignZooKeeper(ctx, "leader", opts)
-		if err != nil {
-			t.Error(err)
-		}
-		cDone <- e
-	}()
+	cDone := campaignInBackground(ctx, opts)
 	waitFor(t, "C's znode", func() bool { kids, _, _ := c.Children(dir); return len(kids) == 3 })
 
 	// B, between the leader and C, gives up: C watches B, sees it go, and
@@ -162,8 +149,12 @@ func TestZooKeeperCandidateWaitsForTheLeaderNotForACandidateBeforeIt(t *testing.
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e := <-cDone
-	if e == nil || e.Token() <= a.Token() {
+	r := <-cDone
+	if r.err != nil {
+		t.Fatalf("C: %v", r.err)
+	}
+	e := r.e
+	if e.Token() <= a.Token() {
 		t.Fatalf("C did not lead with a token above A's %d: %v", a.Token(), e)
 	}
 	_ = e.Release(ctx)
@@ -339,4 +330,22 @@ func TestZooKeeperUsesTheSessionTimeoutTheServersGranted(t *testing.T) {
 	if got := e.SessionTimeout(); got != 10*time.Second {
 		t.Errorf("session timeout %v after asking for 1m; want the 10s the servers granted (their maxSessionTimeout)", got)
 	}
+}
+
+// campaigned is the outcome of a campaign run in the background.
+type campaigned struct {
+	e   *lease.ZooKeeperElection
+	err error
+}
+
+// campaignInBackground campaigns in a goroutine that reports through the
+// channel, never through t: it can outlive the test when the test fails
+// first.
+func campaignInBackground(ctx context.Context, opts lease.ZooKeeperOptions) <-chan campaigned {
+	ch := make(chan campaigned, 1)
+	go func() {
+		e, err := lease.CampaignZooKeeper(ctx, "leader", opts)
+		ch <- campaigned{e, err}
+	}()
+	return ch
 }
