@@ -64,7 +64,7 @@ var errStreamLost = errors.New("the file's streamed upload cannot be published a
 // staged content at [off, end), which moved the staged size from prev to
 // size: a change below the parts sent drops the stream (and no new one
 // starts before the next commit); a sequential append that takes the
-// content past the multipart threshold starts one; full parts are
+// content past the threshold the cache disk allows starts one; full parts are
 // dispatched and uploaded parts released (waiting for uploads when the
 // writer is ahead). LOCKS_REQUIRED(n.cmu write); LOCKS_EXCLUDED(n.mu)
 func (n *fileNode) streamWriteLocked(ctx context.Context, key string, off, end, prev, size int64) {
@@ -80,7 +80,7 @@ func (n *fileNode) streamWriteLocked(ctx context.Context, key string, off, end, 
 		return
 	}
 	if u == nil {
-		appended := !n.noStream && !n.unlinked && off == prev && end == size && size > minStreamStart
+		appended := !n.noStream && !n.unlinked && off == prev && end == size
 		n.mu.Unlock()
 		if !appended {
 			return
@@ -101,11 +101,15 @@ func (n *fileNode) streamWriteLocked(ctx context.Context, key string, off, end, 
 // (streamplan.go); it returns nil when none starts yet.
 // LOCKS_REQUIRED(n.cmu write); LOCKS_EXCLUDED(n.mu)
 func (n *fileNode) startStreamLocked(key string, size int64) *streamUpload {
-	plan := n.fsys.streamPlanFor(n.stage)
+	z := objstore.SizingOf(n.fsys.store)
+	if size <= min(z.MultipartThreshold, minStreamStart) {
+		return nil // no plan starts this early: spare the fstatfs
+	}
+	plan := planStream(z, n.fsys.opts.StreamStaging, cacheRoom(n.stage))
 	if size <= plan.start {
 		return nil
 	}
-	if z := objstore.SizingOf(n.fsys.store); plan.part < z.PartSize {
+	if plan.part < z.PartSize {
 		n.fsys.log.Debug("streaming in parts smaller than the store's: the cache disk has little room",
 			"key", key, "part", plan.part, "store_part", z.PartSize, "bound", plan.bound)
 	}

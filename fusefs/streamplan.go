@@ -29,10 +29,11 @@ package fusefs
 // parts uploaded, whatever their sizes (fencing.Guard.CommitStream).
 //
 // The largest file a disk streams is therefore bounded by S3's 10,000
-// parts: 10,000 parts of a third of the room when the disk is small (about
-// 48 GiB with 5 MiB parts on a 15 or 16 MiB disk), over 500 GB with the
-// defaults on a disk of 256 MiB or more; beyond it the file stays in
-// staging and fails with ENOSPC, its old content kept.
+// parts of at most a quarter of the bound: about 49 GiB through a 15 or
+// 16 MiB disk (5 MiB parts, which cannot grow there), at least 78 GiB
+// through one that holds three 8 MiB parts, over 500 GB with the defaults
+// through 256 MiB or more; beyond it the file stays in staging and fails
+// with ENOSPC, its old content kept.
 
 import (
 	"os"
@@ -72,14 +73,9 @@ func planStream(z objstore.Sizing, staging, room int64) streamPlan {
 	return p
 }
 
-// minStreamStart is the smallest staged size at which any plan starts a
-// stream (two parts of S3's minimum size): below it no plan is computed.
+// minStreamStart: no plan starts a stream before the staged content passes
+// two parts of S3's minimum size (or the store's threshold, if lower).
 const minStreamStart = 2 * objstore.MinPartSize
-
-// streamPlanFor is the plan of a stream of the staging file stage now.
-func (fsys *filesystem) streamPlanFor(stage *os.File) streamPlan {
-	return planStream(objstore.SizingOf(fsys.store), fsys.opts.StreamStaging, cacheRoom(stage))
-}
 
 // cacheRoom is how many bytes of its filesystem the staging file f may
 // take: the blocks it holds plus the filesystem's free space (what an
