@@ -40,10 +40,12 @@
 // out as the writer passes them, the close sends the first part, the tail
 // and the Complete through Guard.CommitStream; see stream.go), falling back
 // to one Put of the staging file whenever the stream no longer matches it.
-// Past Options.StreamStaging, uploaded parts leave the staging file, so a
-// file of any size needs bounded local disk; such a file then accepts only
-// sequential writes (ESPIPE otherwise; streamfile.go states the rules); O_EXCL
-// creates the empty object at once, so exclusivity holds across mounts.
+// Past Options.StreamStaging (or the cache disk's room, if less), uploaded
+// parts leave the staging file, so a file of any size needs bounded local
+// disk (three parts, sized to the cache disk, down to S3's 5 MiB minimum:
+// streamplan.go); such a file then accepts only sequential writes (ESPIPE
+// otherwise; streamfile.go states the rules); O_EXCL creates the empty
+// object at once, so exclusivity holds across mounts.
 // chmod, chown, utimens and setxattr are a server-side self-copy with new
 // metadata (or ride along with pending content). Unlink and rmdir are
 // conditional deletes; rename is a conditional server-side copy followed by

@@ -106,8 +106,10 @@ type Options struct {
 	FsName string
 	// StreamStaging is the most local disk a file written sequentially
 	// keeps in its staging file once it is streamed: parts already
-	// uploaded beyond it are released (stream.go, streamfile.go). Zero
-	// means 256 MiB; negative keeps the whole file (no release).
+	// uploaded beyond it are released (stream.go, streamfile.go); a
+	// stream bounds itself further by the room its cache disk had when it
+	// started (streamplan.go). Zero means 256 MiB; negative: only that
+	// room bounds it (parts are released once the cache disk is full).
 	StreamStaging int64
 	// UploadConcurrency is how many parts of files being written are
 	// uploaded at once, over all files (default 4).

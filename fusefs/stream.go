@@ -21,8 +21,8 @@ import (
 // written, and keeps the local disk it needs bounded, whatever the file's
 // size.
 //
-// Once the staged size passes the store's multipart threshold, every full
-// part (the store's part size) from the second on is sent in the background
+// Once the staged size passes the multipart threshold, every full part from
+// the second on is sent in the background
 // as soon as the writer has moved past it; the first part stays on local
 // disk until the commit, which sends it with the tail and publishes the
 // upload through Guard.CommitStream: the same intent, validation and
@@ -30,8 +30,12 @@ import (
 // its header after writing the rest (pg_dump's table of contents, a media
 // muxer's box sizes, a WAV header) at no cost.
 //
-// Local disk: once the staged content holds more than
-// Options.StreamStaging bytes, parts already uploaded are released from the
+// Part sizes and the threshold are the store's, or smaller on a small cache
+// disk (planStream says how they are chosen, once, when the stream starts).
+//
+// Local disk: once the staged content holds more than the stream's bound
+// (Options.StreamStaging, or the room the cache disk had for the file when
+// the stream started, if less), parts already uploaded are released from the
 // staging file (a hole punched with fallocate(FALLOC_FL_PUNCH_HOLE)), oldest
 // first; a writer faster than the uploads waits for one to finish instead
 // of filling the disk; a write that finds the cache disk full releases
@@ -59,14 +63,14 @@ import (
 // and only advance (under cmu write) punches holes.
 type streamUpload struct {
 	// Constant after newStreamUpload.
-	fsys     *filesystem
-	key      string
-	stage    *os.File
-	partSize int64
-	ctx      context.Context // part uploads; cancelled with the mount, or when the stream is done
-	cancel   context.CancelFunc
-	started  chan struct{}     // closed once st or err is set by start
-	meta     map[string]string // the metadata the stream was started with
+	fsys    *filesystem
+	key     string
+	stage   *os.File
+	plan    streamPlan
+	ctx     context.Context // part uploads; cancelled with the mount, or when the stream is done
+	cancel  context.CancelFunc
+	started chan struct{}     // closed once st or err is set by start
+	meta    map[string]string // the metadata the stream was started with
 
 	st  *fencing.Stream // set before started is closed; nil on failure
 	err error           // start's error, set before started is closed
@@ -122,13 +126,13 @@ func streamMeta(meta map[string]string) map[string]string {
 }
 
 // newStreamUpload starts the upload of key's staged content in the
-// background; base is the version the commit will be conditioned on.
-func newStreamUpload(fsys *filesystem, key string, stage *os.File, base fencing.Version, meta map[string]string) *streamUpload {
+// background, split as plan says; base is the version the commit will be
+// conditioned on.
+func newStreamUpload(fsys *filesystem, key string, stage *os.File, plan streamPlan, base fencing.Version, meta map[string]string) *streamUpload {
 	ctx, cancel := context.WithCancel(fsys.ctx)
 	u := &streamUpload{
-		fsys: fsys, key: key, stage: stage,
-		partSize: objstore.SizingOf(fsys.store).PartSize,
-		ctx:      ctx, cancel: cancel, started: make(chan struct{}),
+		fsys: fsys, key: key, stage: stage, plan: plan,
+		ctx: ctx, cancel: cancel, started: make(chan struct{}),
 		meta: meta, wake: make(chan struct{}), relFrom: 1,
 	}
 	go func() {
@@ -225,14 +229,14 @@ func (u *streamUpload) advance(ctx context.Context, size, limit int64) (freed in
 	}
 }
 
-// sizeOf is the size of part number: the store's part size, doubled every
-// 1000 parts while it stays within a quarter of the staging bound, so that
+// sizeOf is the size of part number: the plan's part size, doubled every
+// 1000 parts while it stays within a quarter of the stream's bound, so that
 // S3's 10,000 parts hold a file of any size the bound lets through (with
 // 8 MiB parts and 256 MiB of staging, over 500 GB) and the staging file
 // still holds several parts. LOCKS_REQUIRED(u.mu)
 func (u *streamUpload) sizeOf(number int) int64 {
-	n := u.partSize
-	for k := (number - 1) / 1000; k > 0 && 2*n <= u.fsys.opts.StreamStaging/4 && 2*n <= objstore.MaxPartSize; k-- {
+	n := u.plan.part
+	for k := (number - 1) / 1000; k > 0 && 2*n <= u.plan.bound/4 && 2*n <= objstore.MaxPartSize; k-- {
 		n *= 2
 	}
 	return n

@@ -3,7 +3,8 @@ package fusefs
 // A file whose early parts have left the local disk.
 //
 // A streamed file keeps at most Options.StreamStaging bytes in its staging
-// file (stream.go); beyond that the parts already uploaded are released.
+// file, or less on a small cache disk (stream.go, streamplan.go); beyond
+// that the parts already uploaded are released.
 // Their bytes then exist only in the bucket's incomplete multipart upload,
 // which S3 can neither read back nor rewrite in place, so some things a
 // staged file allows cannot be done any more. The rules, decided here:
@@ -63,7 +64,7 @@ var errStreamLost = errors.New("the file's streamed upload cannot be published a
 // staged content at [off, end), which moved the staged size from prev to
 // size: a change below the parts sent drops the stream (and no new one
 // starts before the next commit); a sequential append that takes the
-// content past the multipart threshold starts one; full parts are
+// content past the threshold the cache disk allows starts one; full parts are
 // dispatched and uploaded parts released (waiting for uploads when the
 // writer is ahead). LOCKS_REQUIRED(n.cmu write); LOCKS_EXCLUDED(n.mu)
 func (n *fileNode) streamWriteLocked(ctx context.Context, key string, off, end, prev, size int64) {
@@ -79,19 +80,47 @@ func (n *fileNode) streamWriteLocked(ctx context.Context, key string, off, end, 
 		return
 	}
 	if u == nil {
-		if n.noStream || n.unlinked || off != prev || end != size ||
-			size <= objstore.SizingOf(n.fsys.store).MultipartThreshold {
-			n.mu.Unlock()
+		appended := !n.noStream && !n.unlinked && off == prev && end == size
+		n.mu.Unlock()
+		if !appended {
 			return
 		}
-		meta := streamMeta(encodeAttr(n.attr, contentMeta(n.info.Meta)))
-		u = newStreamUpload(n.fsys, key, n.stage, n.baseLocked(), meta)
-		n.up = u
+		if u = n.startStreamLocked(key, size); u == nil {
+			return
+		}
 		off = 0 // everything below the append is the content so far
+	} else {
+		n.mu.Unlock()
 	}
-	n.mu.Unlock()
 	u.wrote(off, end)
-	n.advanceLocked(ctx, u, size, n.fsys.opts.StreamStaging)
+	n.advanceLocked(ctx, u, size, u.plan.bound)
+}
+
+// startStreamLocked starts the node's stream once an append took the staged
+// content to size, past the threshold of the plan the cache disk allows
+// (streamplan.go); it returns nil when none starts yet.
+// LOCKS_REQUIRED(n.cmu write); LOCKS_EXCLUDED(n.mu)
+func (n *fileNode) startStreamLocked(key string, size int64) *streamUpload {
+	z := objstore.SizingOf(n.fsys.store)
+	if size <= min(z.MultipartThreshold, minStreamStart) {
+		return nil // no plan starts this early: spare the fstatfs
+	}
+	plan := planStream(z, n.fsys.opts.StreamStaging, cacheRoom(n.stage))
+	if size <= plan.start {
+		return nil
+	}
+	if plan.part < z.PartSize {
+		n.fsys.log.Debug("streaming in parts smaller than the store's: the cache disk has little room",
+			"key", key, "part", plan.part, "store_part", z.PartSize, "bound", plan.bound)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.up != nil || n.noStream || n.unlinked {
+		return nil
+	}
+	meta := streamMeta(encodeAttr(n.attr, contentMeta(n.info.Meta)))
+	n.up = newStreamUpload(n.fsys, key, n.stage, plan, n.baseLocked(), meta)
+	return n.up
 }
 
 // advanceLocked runs u.advance and takes in its result: the bytes released,
@@ -121,14 +150,14 @@ func (n *fileNode) advanceLocked(ctx context.Context, u *streamUpload, size, lim
 
 // makeRoomLocked releases uploaded parts of the node's stream (waiting for
 // uploads when the writer is ahead) so that the staged content, grown to
-// size by the write about to be made, stays within Options.StreamStaging.
+// size by the write about to be made, stays within the stream's bound.
 // LOCKS_REQUIRED(n.cmu write)
 func (n *fileNode) makeRoomLocked(ctx context.Context, size int64) {
 	n.mu.Lock()
 	u := n.up
 	n.mu.Unlock()
 	if u != nil {
-		n.advanceLocked(ctx, u, size, n.fsys.opts.StreamStaging)
+		n.advanceLocked(ctx, u, size, u.plan.bound)
 	}
 }
 
@@ -171,8 +200,12 @@ func (n *fileNode) checkStreamChangeLocked(key string, off, end int64, truncate 
 		what = "a truncate to"
 	}
 	err := fmt.Errorf("%w (%s offset %d)", errNotSequential, what, off)
+	limit := n.fsys.opts.StreamStaging
+	if u != nil {
+		limit = u.plan.bound
+	}
 	n.fsys.log.Warn("refused a change of a file being streamed below the part already uploaded and released from the staging file; the file's changes will not be stored",
-		"key", key, "offset", off, "limit", n.fsys.opts.StreamStaging)
+		"key", key, "offset", off, "limit", limit)
 	n.failLocked(err)
 	if u != nil {
 		n.up = nil
