@@ -340,3 +340,39 @@ func TestParseFailpoints(t *testing.T) {
 		})
 	}
 }
+
+// TestShapeCandidatesLeavePlainOutAboveAPlainLimit: on a store whose plain
+// PUTs may stall a key above a limit (MinIO holds the key's lock while the
+// body arrives), neither a writer nor a sweep ever picks the plain shape for
+// a larger object, whatever the ABA record holds; below the limit plain
+// stays the writer's first choice.
+func TestShapeCandidatesLeavePlainOutAboveAPlainLimit(t *testing.T) {
+	z := objstore.Sizing{PlainLimit: 56 << 10}.Normalize()
+	for _, tc := range []struct {
+		name      string
+		size      int64
+		first     objstore.Shape
+		wantFirst int // part count of the first candidate; 0 = plain
+		wantPlain bool
+	}{
+		{"writer at the limit: plain first", 56 << 10, objstore.ShapeAuto, 0, true},
+		{"writer above the limit: one part first, no plain", 56<<10 + 1, objstore.ShapeAuto, 1, false},
+		{"writer of 12 MiB: two parts first, no plain", 12 << 20, objstore.ShapeAuto, 2, false},
+		{"sweep at the limit: plain last", 56 << 10, objstore.ShapeMultipart, 1, true},
+		{"sweep above the limit: no plain", 1 << 20, objstore.ShapeMultipart, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cands := shapeCandidates(z, tc.size, tc.first)
+			if len(cands) == 0 || cands[0].Count != tc.wantFirst {
+				t.Fatalf("candidates %+v, want %d parts first", cands, tc.wantFirst)
+			}
+			plain := false
+			for _, c := range cands {
+				plain = plain || c.Count == 0
+			}
+			if plain != tc.wantPlain {
+				t.Errorf("candidates %+v: plain among them = %v, want %v", cands, plain, tc.wantPlain)
+			}
+		})
+	}
+}

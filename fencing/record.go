@@ -165,11 +165,15 @@ type shapeCandidate struct {
 // (a writer) the shape the object would get anyway comes first, then
 // plain, then multipart with 1, 2, 3… parts. With first == ShapeMultipart
 // (a sweep, which copies server-side when it can) the multipart shapes come
-// first and plain last.
+// first and plain last. Plain is left out where the store's Sizing says a
+// plain PUT of size bytes could stall the key (objstore.Sizing.FitsPlain).
 func shapeCandidates(z objstore.Sizing, size int64, first objstore.Shape) []shapeCandidate {
 	var out []shapeCandidate
 	seen := map[int]bool{}
 	addc := func(shape objstore.Shape, parts int) {
+		if shape == objstore.ShapePlain && !z.FitsPlain(size) {
+			return
+		}
 		l, err := z.Layout(size, shape, parts)
 		if err != nil {
 			return
