@@ -30,7 +30,7 @@ var frozenCommitSizes = []int{64 << 10, 1 << 20, 8 << 20, 64 << 20}
 // TestNewLeaderTakesOverWithin3sFromAWriterFrozenMidCommit: the leader A
 // closes four files (64 KiB, 1 MiB, 8 MiB, 64 MiB) over a link slowed to
 // 8 KiB/s, and freezes (SIGSTOP, the link cut) while each commit's body is
-// on its way. MinIO holds a key's lock while a conditional PUT's body
+// on its way; each replaces a version of the same size. MinIO holds a key's lock while a conditional PUT's body
 // arrives, so each of these commits goes as a multipart upload, whose
 // parts hold no lock on the key: a plain client's HEAD of every key is
 // answered meanwhile; the new leader B binds a newer token, and overwrites
@@ -54,7 +54,9 @@ func testNewLeaderTakesOverFromAWriterFrozenMidCommit(t *testing.T, gw *gateway.
 	files := make([]*os.File, len(frozenCommitSizes))
 	for i, size := range frozenCommitSizes {
 		keys[i] = fmt.Sprintf("doc-%dk", size>>10)
-		if err := os.WriteFile(a.Path(keys[i]), []byte("A's first version"), 0o644); err != nil {
+		// A first version of the same size: B's sweep rewrites it with
+		// a new ETag (plain for the one-part 64 KiB and 1 MiB ones).
+		if err := os.WriteFile(a.Path(keys[i]), bytes.Repeat([]byte("A's first bytes "), size/16), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		f, err := os.OpenFile(a.Path(keys[i]), os.O_WRONLY|os.O_TRUNC, 0)
