@@ -50,32 +50,7 @@ func testNewLeaderTakesOverFromAWriterFrozenMidCommit(t *testing.T, gw *gateway.
 	// B binds later through the root xattr: no process may start while A
 	// is frozen (exec would flush the test's descriptors on A's mount).
 	b := harness.Mount(t, gw, bucket, "--holder", "B")
-	keys := make([]string, len(frozenCommitSizes))
-	files := make([]*os.File, len(frozenCommitSizes))
-	for i, size := range frozenCommitSizes {
-		keys[i] = fmt.Sprintf("doc-%dk", size>>10)
-		// A first version of the same size: B's sweep rewrites it with
-		// a new ETag (plain for the one-part 64 KiB and 1 MiB ones).
-		if err := os.WriteFile(a.Path(keys[i]), bytes.Repeat([]byte("A's first bytes "), size/16), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.OpenFile(a.Path(keys[i]), os.O_WRONLY|os.O_TRUNC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.Write(bytes.Repeat([]byte("A's stale bytes "), size/16)); err != nil {
-			t.Fatal(err)
-		}
-		files[i] = f
-	}
-	// Every commit's body now takes from 8 s (64 KiB) to hours to arrive.
-	proxy.Slow(t, 8)
-	closed := make([]chan error, len(files))
-	for i, f := range files {
-		closed[i] = make(chan error, 1)
-		go func() { closed[i] <- f.Close() }()
-	}
-	waitForUploads(t, gw, bucket, keys, closed)
+	keys, closed := commitsUnderWay(t, gw, bucket, a, proxy)
 	if err := a.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -124,11 +99,52 @@ func testNewLeaderTakesOverFromAWriterFrozenMidCommit(t *testing.T, gw *gateway.
 		t.Fatal(err)
 	}
 	frozen = false
+	staleCommitsFail(t, gw, bucket, a, keys, closed)
+}
+
+// commitsUnderWay writes, through a, a first version of each of the
+// frozenCommitSizes, then a second one of the same size, whose commits
+// (close) it starts over a link slowed to 8 KiB/s: it returns once every
+// commit is sending its parts. B's sweep rewrites the first versions with
+// new ETags (plain for the one-part 64 KiB and 1 MiB ones).
+func commitsUnderWay(t *testing.T, gw *gateway.Gateway, bucket string, a *harness.FS, proxy *harness.Proxy) ([]string, []chan error) {
+	t.Helper()
+	keys := make([]string, len(frozenCommitSizes))
+	files := make([]*os.File, len(frozenCommitSizes))
+	for i, size := range frozenCommitSizes {
+		keys[i] = fmt.Sprintf("doc-%dk", size>>10)
+		if err := os.WriteFile(a.Path(keys[i]), bytes.Repeat([]byte("A's first bytes "), size/16), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(a.Path(keys[i]), os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(bytes.Repeat([]byte("A's stale bytes "), size/16)); err != nil {
+			t.Fatal(err)
+		}
+		files[i] = f
+	}
+	// Every commit's body now takes from 8 s (64 KiB) to hours to arrive.
+	proxy.Slow(t, 8)
+	closed := make([]chan error, len(files))
+	for i, f := range files {
+		closed[i] = make(chan error, 1)
+		go func() { closed[i] <- f.Close() }()
+	}
+	waitForUploads(t, gw, bucket, keys, closed)
+	return keys, closed
+}
+
+// staleCommitsFail checks what A's commits of keys did once it resumed:
+// every close fails EROFS (every part and the Complete have a certain
+// outcome, so A learns it is fenced; never success: nothing of A's may
+// land), A left no upload behind, and each key holds B's version.
+func staleCommitsFail(t *testing.T, gw *gateway.Gateway, bucket string, a *harness.FS, keys []string, closed []chan error) {
+	t.Helper()
 	for i, k := range keys {
 		select {
 		case err := <-closed[i]:
-			// Every part and the Complete have a certain outcome: A learns
-			// it is fenced. Never success: nothing of A's may land.
 			if !errors.Is(err, syscall.EROFS) {
 				t.Errorf("A's close of %s after the takeover: %v, want EROFS; A's log:\n%s", k, err, a.Log())
 			}
