@@ -1,7 +1,9 @@
 package fencing
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -373,5 +375,47 @@ func TestParseFailpoints(t *testing.T) {
 			}
 			tc.check(t, h)
 		})
+	}
+}
+
+// TestShapeCandidatesPutPlainLastAboveAPlainLimit: on a store whose plain
+// PUTs may stall a key above a limit (MinIO holds the key's lock while the
+// body arrives), a writer and a sweep try every multipart shape before the
+// plain one for a larger object; below the limit plain stays the writer's
+// first choice. So a sweep of a one-part object of up to 5 MiB whose ETag an
+// older writer holds still finds a fresh shape (plain) instead of waiting
+// for the ABA record to expire.
+func TestShapeCandidatesPutPlainLastAboveAPlainLimit(t *testing.T) {
+	z := objstore.Sizing{PlainLimit: 56 << 10}.Normalize()
+	for _, tc := range []struct {
+		name  string
+		size  int64
+		first objstore.Shape
+		want  []int // part counts in order; 0 = plain
+	}{
+		{"writer at the limit: plain first", 56 << 10, objstore.ShapeAuto, []int{0, 1}},
+		{"writer above the limit: one part, plain last", 56<<10 + 1, objstore.ShapeAuto, []int{1, 0}},
+		{"writer of 12 MiB: two parts, then one, three, plain last", 12 << 20, objstore.ShapeAuto, []int{2, 1, 3, 0}},
+		{"sweep at the limit: plain last", 56 << 10, objstore.ShapeMultipart, []int{1, 0}},
+		{"sweep above the limit: plain last", 1 << 20, objstore.ShapeMultipart, []int{1, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []int
+			for _, c := range shapeCandidates(z, tc.size, tc.first) {
+				got = append(got, c.Count)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("candidates' part counts %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// The sweep of a 1 MiB one-part object whose ETag is held: plain.
+	body := bytesReader(bytes.Repeat([]byte("s"), 1<<20))
+	one, _ := objstore.ETagOf(body, 1<<20, []int64{1 << 20})
+	a := avoidSet{}
+	a.addAll(one)
+	c, ok, _, err := chooseShape(shapeCandidates(z, 1<<20, objstore.ShapeMultipart), a, etagFromContent(z, body, 1<<20))
+	if err != nil || !ok || c.Count != 0 {
+		t.Fatalf("sweep of a held one-part object chose %+v ok=%v err=%v, want the plain shape", c, ok, err)
 	}
 }

@@ -165,7 +165,11 @@ type shapeCandidate struct {
 // (a writer) the shape the object would get anyway comes first, then
 // plain, then multipart with 1, 2, 3… parts. With first == ShapeMultipart
 // (a sweep, which copies server-side when it can) the multipart shapes come
-// first and plain last.
+// first and plain last. Where the store's Sizing says a plain PUT of size
+// bytes could stall the key (objstore.Sizing.FitsPlain is false: MinIO
+// holds the key's lock while the body arrives) plain comes last for a
+// writer too: it is the last resort of an object of up to 5 MiB, whose
+// only other shape is one part, when an older writer holds that ETag.
 func shapeCandidates(z objstore.Sizing, size int64, first objstore.Shape) []shapeCandidate {
 	var out []shapeCandidate
 	seen := map[int]bool{}
@@ -198,8 +202,11 @@ func shapeCandidates(z objstore.Sizing, size int64, first objstore.Shape) []shap
 			addc(objstore.ShapeMultipart, 0)
 		}
 	}
-	addc(objstore.ShapePlain, 0)
+	if z.FitsPlain(size) {
+		addc(objstore.ShapePlain, 0)
+	}
 	multiparts()
+	addc(objstore.ShapePlain, 0)
 	return out
 }
 

@@ -28,23 +28,37 @@ const (
 	DefaultPartSize int64 = 8 << 20
 )
 
-// Sizing is how a store splits uploads into parts. Both fields are
+// Sizing is how a store splits uploads into parts. Its fields are
 // normalised by Normalize. Stores report theirs through SizingOf so that
 // callers (the conformance suite, the fencing layer's ETag-ABA check) can
 // predict the ETag a write will produce.
 type Sizing struct {
-	// MultipartThreshold: ShapeAuto uploads up to this size are plain.
+	// MultipartThreshold: ShapeAuto uploads up to this size are plain
+	// (unless PlainLimit is lower). It is also where a file written
+	// sequentially starts to stream its parts (fusefs).
 	MultipartThreshold int64
 	// PartSize: the part size of ShapeAuto multipart uploads and of
 	// ShapeMultipart with Parts == 0.
 	PartSize int64
+	// PlainLimit, when positive, is the largest plain PUT the store's
+	// users should send: the server holds a key's lock while a PUT's body
+	// arrives (the probe's CheckLockFreeBody failed), and a body above
+	// PlainLimit may not leave the client in one write, so a writer
+	// stopped mid-body would stall the key. ShapeAuto uploads above it are
+	// multipart (their parts hold no lock on the key, and the Complete's
+	// body is small), and FitsPlain tells callers choosing a shape
+	// themselves. 0: no limit but MaxPartSize.
+	PlainLimit int64
 }
 
-// Normalize fills zero fields with the defaults and raises PartSize to
-// MinPartSize.
+// Normalize fills zero fields with the defaults, raises PartSize to
+// MinPartSize and turns a negative PlainLimit into 0 (none).
 func (z Sizing) Normalize() Sizing {
 	if z.MultipartThreshold <= 0 {
 		z.MultipartThreshold = DefaultMultipartThreshold
+	}
+	if z.PlainLimit < 0 {
+		z.PlainLimit = 0
 	}
 	if z.PartSize <= 0 {
 		z.PartSize = DefaultPartSize
@@ -56,6 +70,20 @@ func (z Sizing) Normalize() Sizing {
 		z.PartSize = MaxPartSize
 	}
 	return z
+}
+
+// FitsPlain reports whether an upload of size bytes may be a plain PUT on
+// the store: within MaxPartSize, and within PlainLimit when there is one.
+func (z Sizing) FitsPlain(size int64) bool {
+	return size <= MaxPartSize && (z.PlainLimit <= 0 || size <= z.PlainLimit)
+}
+
+// plainMax is the largest ShapeAuto upload that is plain.
+func (z Sizing) plainMax() int64 {
+	if z.PlainLimit > 0 && z.PlainLimit < z.MultipartThreshold {
+		return z.PlainLimit
+	}
+	return z.MultipartThreshold
 }
 
 // Sizer is implemented by stores that can tell their Sizing.
@@ -77,8 +105,8 @@ func SizingOf(s Store) Sizing {
 // with ETagOf:
 //
 //   - ShapePlain: nil (plain), for size <= MaxPartSize; else ErrInvalid.
-//   - ShapeAuto: plain when size <= MultipartThreshold, else as ShapeMultipart
-//     with parts == 0.
+//   - ShapeAuto: plain when size <= MultipartThreshold (and <= PlainLimit,
+//     when set), else as ShapeMultipart with parts == 0.
 //   - ShapeMultipart, parts == 0: parts of PartSize bytes (the last one
 //     shorter), raised so that there are at most MaxParts; at least one
 //     part (a zero-byte object is one empty part).
@@ -103,7 +131,7 @@ func (z Sizing) Layout(size int64, shape Shape, parts int) ([]int64, error) {
 		}
 		return nil, nil
 	case ShapeAuto:
-		if size <= z.MultipartThreshold {
+		if size <= z.plainMax() {
 			return nil, nil
 		}
 		p = z.PartSize

@@ -17,34 +17,45 @@ const MiB = 1 << 20
 
 func TestLayoutFollowsTheDocumentedRule(t *testing.T) {
 	z := objstore.Sizing{MultipartThreshold: 16 * MiB, PartSize: 8 * MiB}
+	locked := objstore.Sizing{MultipartThreshold: 16 * MiB, PartSize: 8 * MiB, PlainLimit: 56 << 10}
 	for _, tc := range []struct {
 		name  string
+		z     *objstore.Sizing // nil: z
 		size  int64
 		shape objstore.Shape
 		parts int
 		want  []int64 // nil: plain
 		err   bool
 	}{
-		{"plain is plain", 100, objstore.ShapePlain, 0, nil, false},
-		{"plain above 5 GiB is invalid", 5<<30 + 1, objstore.ShapePlain, 0, nil, true},
-		{"auto at the threshold is plain", 16 * MiB, objstore.ShapeAuto, 0, nil, false},
-		{"auto above the threshold uses the part size", 16*MiB + 1, objstore.ShapeAuto, 0, []int64{8 * MiB, 8 * MiB, 1}, false},
-		{"multipart of nothing is one empty part", 0, objstore.ShapeMultipart, 1, []int64{0}, false},
-		{"multipart zero parts of nothing is one empty part", 0, objstore.ShapeMultipart, 0, []int64{0}, false},
-		{"one part", 7 * MiB, objstore.ShapeMultipart, 1, []int64{7 * MiB}, false},
-		{"small objects get one part whatever is asked", 5 * MiB, objstore.ShapeMultipart, 4, []int64{5 * MiB}, false},
-		{"just above 5 MiB can be two parts", 5*MiB + 1, objstore.ShapeMultipart, 2, []int64{5 * MiB, 1}, false},
-		{"even split", 20 * MiB, objstore.ShapeMultipart, 2, []int64{10 * MiB, 10 * MiB}, false},
-		{"uneven split rounds the part size up", 20*MiB + 1, objstore.ShapeMultipart, 2, []int64{10*MiB + 1, 10 * MiB}, false},
-		{"part count capped by the 5 MiB minimum", 12 * MiB, objstore.ShapeMultipart, 5, []int64{5 * MiB, 5 * MiB, 2 * MiB}, false},
-		{"zero parts uses the part size", 20 * MiB, objstore.ShapeMultipart, 0, []int64{8 * MiB, 8 * MiB, 4 * MiB}, false},
-		{"too many parts", 1, objstore.ShapeMultipart, objstore.MaxParts + 1, nil, true},
-		{"negative parts", 1, objstore.ShapeMultipart, -1, nil, true},
-		{"one part above 5 GiB is invalid", 5<<30 + 1, objstore.ShapeMultipart, 1, nil, true},
-		{"negative size", -1, objstore.ShapePlain, 0, nil, true},
-		{"unknown shape", 1, objstore.Shape(42), 0, nil, true},
+		{"plain is plain", nil, 100, objstore.ShapePlain, 0, nil, false},
+		{"auto at a plain limit is plain", &locked, 56 << 10, objstore.ShapeAuto, 0, nil, false},
+		{"auto above a plain limit is one part", &locked, 56<<10 + 1, objstore.ShapeAuto, 0, []int64{56<<10 + 1}, false},
+		{"auto above a plain limit uses the part size", &locked, 9 * MiB, objstore.ShapeAuto, 0, []int64{8 * MiB, MiB}, false},
+		{"a plain limit leaves explicit plain plain", &locked, 9 * MiB, objstore.ShapePlain, 0, nil, false},
+		{"a plain limit above the threshold changes nothing", &objstore.Sizing{MultipartThreshold: 16 * MiB, PartSize: 8 * MiB, PlainLimit: 32 * MiB}, 16*MiB + 1, objstore.ShapeAuto, 0, []int64{8 * MiB, 8 * MiB, 1}, false},
+		{"plain above 5 GiB is invalid", nil, 5<<30 + 1, objstore.ShapePlain, 0, nil, true},
+		{"auto at the threshold is plain", nil, 16 * MiB, objstore.ShapeAuto, 0, nil, false},
+		{"auto above the threshold uses the part size", nil, 16*MiB + 1, objstore.ShapeAuto, 0, []int64{8 * MiB, 8 * MiB, 1}, false},
+		{"multipart of nothing is one empty part", nil, 0, objstore.ShapeMultipart, 1, []int64{0}, false},
+		{"multipart zero parts of nothing is one empty part", nil, 0, objstore.ShapeMultipart, 0, []int64{0}, false},
+		{"one part", nil, 7 * MiB, objstore.ShapeMultipart, 1, []int64{7 * MiB}, false},
+		{"small objects get one part whatever is asked", nil, 5 * MiB, objstore.ShapeMultipart, 4, []int64{5 * MiB}, false},
+		{"just above 5 MiB can be two parts", nil, 5*MiB + 1, objstore.ShapeMultipart, 2, []int64{5 * MiB, 1}, false},
+		{"even split", nil, 20 * MiB, objstore.ShapeMultipart, 2, []int64{10 * MiB, 10 * MiB}, false},
+		{"uneven split rounds the part size up", nil, 20*MiB + 1, objstore.ShapeMultipart, 2, []int64{10*MiB + 1, 10 * MiB}, false},
+		{"part count capped by the 5 MiB minimum", nil, 12 * MiB, objstore.ShapeMultipart, 5, []int64{5 * MiB, 5 * MiB, 2 * MiB}, false},
+		{"zero parts uses the part size", nil, 20 * MiB, objstore.ShapeMultipart, 0, []int64{8 * MiB, 8 * MiB, 4 * MiB}, false},
+		{"too many parts", nil, 1, objstore.ShapeMultipart, objstore.MaxParts + 1, nil, true},
+		{"negative parts", nil, 1, objstore.ShapeMultipart, -1, nil, true},
+		{"one part above 5 GiB is invalid", nil, 5<<30 + 1, objstore.ShapeMultipart, 1, nil, true},
+		{"negative size", nil, -1, objstore.ShapePlain, 0, nil, true},
+		{"unknown shape", nil, 1, objstore.Shape(42), 0, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			z := z
+			if tc.z != nil {
+				z = *tc.z
+			}
 			got, err := z.Layout(tc.size, tc.shape, tc.parts)
 			if tc.err {
 				if !errors.Is(err, objstore.ErrInvalid) {
@@ -188,5 +199,27 @@ func TestMaybeApplied(t *testing.T) {
 	u := &objstore.UncertainError{Err: pre, Cause: objstore.ErrUnavailable, Attempts: 2}
 	if !errors.Is(u, objstore.ErrPrecondition) || errors.Is(u, objstore.ErrUnavailable) {
 		t.Fatal("an UncertainError wraps exactly the final error's sentinel")
+	}
+}
+
+func TestFitsPlainKeepsLargeBodiesOffAPlainLimitedStore(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit int64
+		size  int64
+		want  bool
+	}{
+		{"no limit: up to 5 GiB", 0, 5 << 30, true},
+		{"no limit: not above 5 GiB", 0, 5<<30 + 1, false},
+		{"at the limit", 56 << 10, 56 << 10, true},
+		{"above the limit", 56 << 10, 56<<10 + 1, false},
+		{"a negative limit is none", -1, 8 * MiB, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			z := objstore.Sizing{PlainLimit: tc.limit}.Normalize()
+			if got := z.FitsPlain(tc.size); got != tc.want {
+				t.Fatalf("FitsPlain(%d) with limit %d = %v, want %v", tc.size, tc.limit, got, tc.want)
+			}
+		})
 	}
 }

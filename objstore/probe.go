@@ -69,6 +69,7 @@ var probeChecks = []struct {
 	{CheckParallelCreateOneWinner, (*prober).parallelCreate, false},
 	{CheckStrongListAfterWrite, (*prober).strongList, false},
 	{CheckListMetadata, (*prober).listMetadata, true},
+	{CheckLockFreeBody, (*prober).lockFreeBody, true},
 }
 
 // AllCapabilities returns every capability the probe checks, in report

@@ -82,6 +82,7 @@ func runGC(ctx context.Context, env *adminEnv, out io.Writer, f gcFlags) error {
 		return explainStoreErr(env.cfg, caps.Err)
 	}
 	opts.DeleteIgnoresIfMatch = fencing.TombstoneDeletes(caps)
+	limitPlainPuts(env.store, caps)
 	res, err := fencing.GC(ctx, env.store, opts)
 	p.clear()
 	verb := "removed"

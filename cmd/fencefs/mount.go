@@ -257,7 +257,8 @@ func (m *mountRun) start(ctx context.Context) error {
 			return err
 		}
 		caps = c
-		m.log.Info("storage probe passed", "mode", cfg.Fence.Mode, "tombstone_deletes", fencing.TombstoneDeletes(*caps), "took", caps.Duration)
+		m.log.Info("storage probe passed", "mode", cfg.Fence.Mode, "tombstone_deletes", fencing.TombstoneDeletes(*caps),
+			"plain_put_limit", objstore.SizingOf(store).PlainLimit, "took", caps.Duration)
 	}
 	guard, err := newGuard(cfg, store, caps, m.log, reg)
 	if err != nil {
@@ -485,6 +486,7 @@ func probeForMount(ctx context.Context, cfg *config.Config, store objstore.Store
 	if err := fencing.CheckStorage(fencing.Mode(cfg.Fence.Mode), caps); err != nil {
 		return nil, fmt.Errorf("%s fencing is not possible on %s: %v (see fencefs probe; --fence-mode fast or off weaken the guarantee)", cfg.Fence.Mode, cfg.EndpointURL(), err)
 	}
+	limitPlainPuts(store, caps)
 	return &caps, nil
 }
 

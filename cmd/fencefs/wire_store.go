@@ -46,3 +46,14 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, reg pr
 	}
 	return st, nil
 }
+
+// limitPlainPuts applies the probe's finding that the server holds a key's
+// lock while a conditional PUT's body arrives (objstore.CheckLockFreeBody
+// failed: MinIO): commits whose request would not leave in one write go as
+// multipart uploads, so that a writer frozen mid-body stalls no other
+// request on the key. It runs before the Guard reads the store's Sizing.
+func limitPlainPuts(store objstore.Store, caps objstore.Capabilities) {
+	if s, ok := store.(*s3.Store); ok && !caps.Has(objstore.CheckLockFreeBody) {
+		s.LimitPlainToOneWrite()
+	}
+}

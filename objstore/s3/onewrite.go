@@ -21,9 +21,12 @@ import (
 // net/http in memory, and the transport's write buffer (oneWriteBuffer)
 // holds headers and body together: the request is one write(2), which a
 // stopped process cannot split — the kernel sends what it was given.
-// Larger bodies stream under their condition; a request held up behind
-// one is not cut while the server answers others (serverwait.go). Over
-// TLS a request is written in records of up to 16 KiB each.
+// Larger bodies stream under their condition: on a server that holds the
+// key's lock for them, the mount sends none but in the rare cases
+// objstore.Sizing.PlainLimit allows (bodylock.go: such commits go as
+// multipart uploads), and a request held up behind one is not cut while
+// the server answers others (serverwait.go). Over TLS a request is
+// written in records of up to 16 KiB each.
 const (
 	// oneWriteBuffer is the transport's write buffer: the largest request
 	// written at once. It equals writeChunk, so idleConn passes it on in

@@ -28,35 +28,9 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 // returns the response of a 2xx answer (the caller closes its body), or a
 // classified error.
 func (s *Store) raw(ctx context.Context, method, key string, query url.Values, hdr http.Header) (*http.Response, error) {
-	u := *s.endpoint
-	switch {
-	case (s.cfg.PathStyle || !s3utils.IsAmazonEndpoint(*s.endpoint)) && key == "":
-		u.Path = "/" + s.cfg.Bucket
-	case s.cfg.PathStyle || !s3utils.IsAmazonEndpoint(*s.endpoint):
-		u.Path = "/" + s.cfg.Bucket + "/" + key
-		u.RawPath = "/" + s.cfg.Bucket + "/" + s3utils.EncodePath(key)
-	default:
-		u.Host = s.cfg.Bucket + "." + u.Host
-		u.Path = "/" + key
-		u.RawPath = "/" + s3utils.EncodePath(key)
-	}
-	if len(query) > 0 {
-		u.RawQuery = s3utils.QueryEncode(query)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	req, err := s.signedRequest(ctx, method, key, query, hdr, nil, 0, emptySHA256)
 	if err != nil {
-		return nil, &opError{sentinel: objstore.ErrInvalid, msg: fmt.Sprintf("s3 %s %s: %v", method, key, err), certain: true}
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
-	v, err := s.creds.GetWithContext(&credentials.CredContext{Client: s.http, Context: ctx})
-	if err != nil {
-		return nil, &opError{sentinel: objstore.ErrAuth, msg: fmt.Sprintf("s3 %s %s: no credentials: %v", method, key, err), certain: true}
-	}
-	if v.AccessKeyID != "" {
-		req = signer.SignV4(*req, v.AccessKeyID, v.SecretAccessKey, v.SessionToken, s.cfg.Region)
+		return nil, err
 	}
 	resp, err := s.http.Do(req)
 	if err != nil {
@@ -81,6 +55,45 @@ func (s *Store) raw(ctx context.Context, method, key string, query url.Values, h
 		}
 	}
 	return nil, s.classifyResponse(er, fmt.Sprintf("s3 %s %s/%s", strings.ToLower(method), s.cfg.Bucket, key))
+}
+
+// signedRequest builds a request of key (the bucket when "") carrying
+// body (nil: none) of size bytes whose hex SHA-256 is sha, signed.
+func (s *Store) signedRequest(ctx context.Context, method, key string, query url.Values, hdr http.Header, body io.Reader, size int64, sha string) (*http.Request, error) {
+	u := *s.endpoint
+	switch {
+	case (s.cfg.PathStyle || !s3utils.IsAmazonEndpoint(*s.endpoint)) && key == "":
+		u.Path = "/" + s.cfg.Bucket
+	case s.cfg.PathStyle || !s3utils.IsAmazonEndpoint(*s.endpoint):
+		u.Path = "/" + s.cfg.Bucket + "/" + key
+		u.RawPath = "/" + s.cfg.Bucket + "/" + s3utils.EncodePath(key)
+	default:
+		u.Host = s.cfg.Bucket + "." + u.Host
+		u.Path = "/" + key
+		u.RawPath = "/" + s3utils.EncodePath(key)
+	}
+	if len(query) > 0 {
+		u.RawQuery = s3utils.QueryEncode(query)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, &opError{sentinel: objstore.ErrInvalid, msg: fmt.Sprintf("s3 %s %s: %v", method, key, err), certain: true}
+	}
+	if body != nil {
+		req.ContentLength = size
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("X-Amz-Content-Sha256", sha)
+	v, err := s.creds.GetWithContext(&credentials.CredContext{Client: s.http, Context: ctx})
+	if err != nil {
+		return nil, &opError{sentinel: objstore.ErrAuth, msg: fmt.Sprintf("s3 %s %s: no credentials: %v", method, key, err), certain: true}
+	}
+	if v.AccessKeyID != "" {
+		req = signer.SignV4(*req, v.AccessKeyID, v.SecretAccessKey, v.SessionToken, s.cfg.Region)
+	}
+	return req, nil
 }
 
 // Delete implements objstore.Store with a signed DELETE carrying If-Match.

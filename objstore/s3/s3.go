@@ -8,7 +8,8 @@
 //     first response's ETag, so a read never mixes two versions: if the
 //     object changed, the read fails with ErrPrecondition.
 //   - Put is one PutObject (ShapePlain, or ShapeAuto up to
-//     MultipartThreshold) or a parallel multipart upload; the condition goes
+//     MultipartThreshold, and up to 56 KiB after LimitPlainToOneWrite) or a
+//     parallel multipart upload; the condition goes
 //     on the PutObject or on CompleteMultipartUpload. A failed Complete's
 //     upload is aborted.
 //   - Every PutObject and UploadPart is sent with its SHA-256 in the signed
