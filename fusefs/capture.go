@@ -52,8 +52,9 @@ package fusefs
 // What remains: a read outside the GET's window (a seek far ahead, or the
 // GET broke) sends a ranged GET pinned with If-Match and fails with ESTALE
 // if the version went since; so does a page the kernel evicted from a
-// cache kept with FOPEN_KEEP_CACHE. Both come after bytes of the version
-// were returned.
+// cache kept with FOPEN_KEEP_CACHE (such an open sends no GET of its own).
+// Both come after bytes of the version were returned, unless the page
+// evicted was the first.
 //
 // A leading mount does not do this: no other fencefs writer can change the
 // bucket while it leads, and its own commits move its nodes.
