@@ -258,9 +258,11 @@ func (fsys *filesystem) retryOnOwnNode(ctx context.Context, key string, ch *fs.I
 		return
 	}
 	n.mu.Lock()
-	local := n.superseded || n.unlinked || n.dirty || n.pending || n.attrPending
+	// A node already superseded gives way by itself; one with local
+	// changes keeps its name.
+	keep := n.superseded || n.unlinked || n.dirty || n.pending || n.attrPending
 	n.mu.Unlock()
-	if !local {
+	if !keep {
 		fsys.log.Debug("an open refused as superseded is retried on a node of its own", "key", key)
 		n.markSuperseded(key)
 	}
@@ -287,8 +289,8 @@ type refusal struct {
 	tid uint32 // the FUSE request's pid: the calling task
 }
 
-// refused is what is remembered of a refusal.
-type refused struct {
+// refusalState is what is remembered of a refusal.
+type refusalState struct {
 	at    time.Time // when the open was refused
 	given *fs.Inode // the node a lookup since gave the thread, if any
 }
@@ -298,7 +300,7 @@ type refused struct {
 // for concurrent use.
 type openRefusals struct {
 	mu sync.Mutex
-	at map[refusal]refused // GUARDED_BY(mu)
+	at map[refusal]refusalState // GUARDED_BY(mu)
 }
 
 // note remembers that the calling thread's open of key was refused.
@@ -311,7 +313,7 @@ func (r *openRefusals) note(ctx context.Context, key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.at == nil {
-		r.at = make(map[refusal]refused)
+		r.at = make(map[refusal]refusalState)
 	}
 	if len(r.at) >= maxRefusals {
 		for k, v := range r.at {
@@ -323,7 +325,7 @@ func (r *openRefusals) note(ctx context.Context, key string) {
 			return
 		}
 	}
-	r.at[refusal{key: key, tid: c.Pid}] = refused{at: now}
+	r.at[refusal{key: key, tid: c.Pid}] = refusalState{at: now}
 }
 
 // needsOwnNode reports whether the calling thread's open of key was refused

@@ -105,7 +105,7 @@ func TestARefusedOpenGivesItsThreadsLookupsANodeOfItsOwn(t *testing.T) {
 			return []bool{r.needsOwnNode(context.Background(), "k", a)}
 		}, []bool{false}},
 		{"not after the window", func(r *openRefusals) []bool {
-			r.at[refusal{key: "k", tid: 7}] = refused{at: time.Now().Add(-refusalWindow)}
+			r.at[refusal{key: "k", tid: 7}] = refusalState{at: time.Now().Add(-refusalWindow)}
 			return []bool{r.needsOwnNode(caller(7), "k", a), len(r.at) > 0}
 		}, []bool{false, false}},
 	}
@@ -132,7 +132,7 @@ func TestRefusedOpensRememberedAtOnceAreBounded(t *testing.T) {
 		t.Fatalf("%d refusals remembered, want the bound %d", len(r.at), maxRefusals)
 	}
 	for k := range r.at {
-		r.at[k] = refused{at: time.Now().Add(-refusalWindow)}
+		r.at[k] = refusalState{at: time.Now().Add(-refusalWindow)}
 	}
 	r.note(fuse.NewContext(context.Background(), &fuse.Caller{Pid: 1 << 20}), "k")
 	if len(r.at) != 1 {
