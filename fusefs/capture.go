@@ -29,11 +29,32 @@ package fusefs
 //     from their own GETs, as readers of a file replaced by rename(2) do on
 //     a local filesystem.
 //
+// The kernel retries a refused open once, after that lookup, and the
+// retry must not meet other handles again: under a writer rewriting the
+// file in a loop, two readers refused on one superseded node both look the
+// name up and retry; if both reached the same new node, the first would
+// capture the version current then and the second be pinned to it, refused
+// again (before a byte) if the next version landed in between. So a
+// refused open is remembered, for refusalWindow, by the thread that made it
+// (the kernel's retry runs in the same task). A lookup of that key by that
+// thread that finds any node at the name other than the one it was given
+// since supersedes it (retryOnOwnNode), so the name gets a new node of the
+// thread's own, which its retried open captures at the current version with
+// no other handle to agree with: that open cannot be refused for the
+// object's change. Whoever holds the node it left keeps it: handles open
+// there read on, and an open that had already reached it and finds no
+// handle open captures the current version as any open with no other
+// handle does (a superseded node is refused only to an open that would
+// share its page cache with handles on a gone version). A retry inside the
+// open cannot do this: the open's inode is fixed, and its page cache
+// belongs to the handles of the gone version.
+//
 // What remains: a read outside the GET's window (a seek far ahead, or the
 // GET broke) sends a ranged GET pinned with If-Match and fails with ESTALE
 // if the version went since; so does a page the kernel evicted from a
-// cache kept with FOPEN_KEEP_CACHE. Both come after bytes of the version
-// were returned.
+// cache kept with FOPEN_KEEP_CACHE (such an open sends no GET of its own).
+// Both come after bytes of the version were returned, unless the page
+// evicted was the first.
 //
 // A leading mount does not do this: no other fencefs writer can change the
 // bucket while it leads, and its own commits move its nodes.
@@ -42,10 +63,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -74,10 +97,22 @@ var errSuperseded = fmt.Errorf("%w: the file was replaced while open; its name m
 // request, reading lazily. With a stale version that failure is the open's.
 // LOCKS_REQUIRED(n.openMu)
 func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle, fuseFlags uint32, handled bool, err error) {
+	defer func() {
+		if handled && err == nil {
+			n.fsys.refused.forget(ctx, key) // the retry, if it was one, is done
+		}
+	}()
 	n.mu.Lock()
 	if n.superseded {
-		n.mu.Unlock()
-		return nil, 0, true, fmt.Errorf("open %s: %w", key, errSuperseded)
+		if n.openCount > 0 {
+			n.mu.Unlock()
+			n.fsys.refused.note(ctx, key)
+			return nil, 0, true, fmt.Errorf("open %s: %w", key, errSuperseded)
+		}
+		// No handle to agree with: the open captures the current
+		// version, under the key the node had (it may have left the
+		// tree since).
+		key = n.supersededKey
 	}
 	if n.unlinked || n.dirty || n.pending || n.attrPending {
 		n.mu.Unlock()
@@ -145,6 +180,7 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 			return nil, 0, true, fmt.Errorf("%w: %s: %v", fencing.ErrStale, key, err)
 		}
 		n.supersede(key)
+		n.fsys.refused.note(ctx, key)
 		return nil, 0, true, fmt.Errorf("open %s: %w", key, errSuperseded)
 	default:
 		sstop()
@@ -188,13 +224,151 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 // handles still read it: the next lookup of its name makes a new node
 // (gone), and the kernel's entry for the name is dropped.
 func (n *fileNode) supersede(key string) {
+	if n.markSuperseded(key) {
+		n.forgetName()
+	}
+}
+
+// markSuperseded marks the node superseded and reports whether it was not
+// already.
+func (n *fileNode) markSuperseded(key string) bool {
 	n.mu.Lock()
 	already := n.superseded
 	n.superseded = true
+	n.supersededKey = key
 	n.mu.Unlock()
 	if !already {
 		n.fsys.metrics.superseded.Inc()
 		n.fsys.log.Debug("file replaced in the bucket while open here: its name moves to a new inode", "key", key)
-		n.forgetName()
 	}
+	return !already
+}
+
+// retryOnOwnNode is called by a lookup of key, whose node is ch: when the
+// calling thread's open of key was refused a moment ago (this lookup is the
+// kernel's before it retries the open) and ch is not a node this lookup's
+// thread was given for it already, ch is superseded, so that the lookup
+// gives the name a new node of the thread's own (gaveOwnNode records it)
+// and the retried open meets no other handle there (see the top of this
+// file). Whoever holds ch keeps it: a handle open on it reads on, an open
+// reaching it with none open captures the current version.
+func (fsys *filesystem) retryOnOwnNode(ctx context.Context, key string, ch *fs.Inode) {
+	n, ok := ch.Operations().(*fileNode)
+	if !ok || !fsys.capturesReads() || !fsys.refused.needsOwnNode(ctx, key, ch) {
+		return
+	}
+	n.mu.Lock()
+	// A node already superseded gives way by itself; one with local
+	// changes keeps its name.
+	keep := n.superseded || n.unlinked || n.dirty || n.pending || n.attrPending
+	n.mu.Unlock()
+	if !keep {
+		fsys.log.Debug("an open refused as superseded is retried on a node of its own", "key", key)
+		n.markSuperseded(key)
+	}
+}
+
+// gaveOwnNode records ch as the node a lookup of key answered the calling
+// thread, if its open of key was refused a moment ago (retryOnOwnNode): the
+// kernel may look the name up twice before it retries the open.
+func (fsys *filesystem) gaveOwnNode(ctx context.Context, key string, ch *fs.Inode) {
+	fsys.refused.gave(ctx, key, ch)
+}
+
+// refusalWindow is how long a refused open is remembered for the kernel's
+// retry (which follows within microseconds on an idle machine); maxRefusals
+// bounds how many are remembered at once.
+const (
+	refusalWindow = 2 * time.Second
+	maxRefusals   = 1024
+)
+
+// refusal is a thread's refused open of a key.
+type refusal struct {
+	key string
+	tid uint32 // the FUSE request's pid: the calling task
+}
+
+// refusalState is what is remembered of a refusal.
+type refusalState struct {
+	at    time.Time // when the open was refused
+	given *fs.Inode // the node a lookup since gave the thread, if any
+}
+
+// openRefusals remembers the opens refused with ESTALE because their node
+// was superseded, until the kernel's retried open (or refusalWindow). Safe
+// for concurrent use.
+type openRefusals struct {
+	mu sync.Mutex
+	at map[refusal]refusalState // GUARDED_BY(mu)
+}
+
+// note remembers that the calling thread's open of key was refused.
+func (r *openRefusals) note(ctx context.Context, key string) {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == nil {
+		r.at = make(map[refusal]refusalState)
+	}
+	if len(r.at) >= maxRefusals {
+		for k, v := range r.at {
+			if now.Sub(v.at) >= refusalWindow {
+				delete(r.at, k)
+			}
+		}
+		if len(r.at) >= maxRefusals {
+			return
+		}
+	}
+	r.at[refusal{key: key, tid: c.Pid}] = refusalState{at: now}
+}
+
+// needsOwnNode reports whether the calling thread's open of key was refused
+// less than refusalWindow ago and ch is not the node it was given since.
+func (r *openRefusals) needsOwnNode(ctx context.Context, key string, ch *fs.Inode) bool {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := refusal{key: key, tid: c.Pid}
+	v, ok := r.at[k]
+	if ok && time.Since(v.at) >= refusalWindow {
+		delete(r.at, k)
+		return false
+	}
+	return ok && v.given != ch
+}
+
+// gave records ch as the node given to the calling thread for key, if its
+// open of key is remembered as refused.
+func (r *openRefusals) gave(ctx context.Context, key string, ch *fs.Inode) {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := refusal{key: key, tid: c.Pid}
+	if v, ok := r.at[k]; ok {
+		v.given = ch
+		r.at[k] = v
+	}
+}
+
+// forget forgets the calling thread's refused open of key: it was retried.
+func (r *openRefusals) forget(ctx context.Context, key string) {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	delete(r.at, refusal{key: key, tid: c.Pid})
+	r.mu.Unlock()
 }

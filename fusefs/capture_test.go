@@ -3,11 +3,14 @@ package fusefs
 import (
 	"context"
 	"io"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencefs/fencefs/objstore"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // countingBody counts the bytes read from a GET's body.
@@ -66,4 +69,73 @@ func TestAStreamAdoptedAtOpenServesTheVersionItCaptured(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
+}
+
+// TestARefusedOpenGivesItsThreadsLookupsANodeOfItsOwn: after a refused
+// open, the same thread's lookups of the key need a node of their own until
+// one was given (and then only for another node), the open succeeded, or
+// refusalWindow passed; other threads' and other keys' lookups never do
+// (capture.go).
+func TestARefusedOpenGivesItsThreadsLookupsANodeOfItsOwn(t *testing.T) {
+	caller := func(tid uint32) context.Context {
+		return fuse.NewContext(context.Background(), &fuse.Caller{Pid: tid})
+	}
+	a, b := &fs.Inode{}, &fs.Inode{}
+	cases := []struct {
+		name    string
+		lookups func(r *openRefusals) []bool // needsOwnNode's answers, after a refusal of "k" by thread 7
+		want    []bool
+	}{
+		{"the same thread's lookups, until it was given a node", func(r *openRefusals) []bool {
+			first := r.needsOwnNode(caller(7), "k", a)
+			r.gave(caller(7), "k", b)
+			return []bool{first, r.needsOwnNode(caller(7), "k", b), r.needsOwnNode(caller(7), "k", a)}
+		}, []bool{true, false, true}},
+		{"not once its open succeeded", func(r *openRefusals) []bool {
+			r.forget(caller(7), "k")
+			return []bool{r.needsOwnNode(caller(7), "k", a)}
+		}, []bool{false}},
+		{"not another thread's", func(r *openRefusals) []bool {
+			return []bool{r.needsOwnNode(caller(8), "k", a), r.needsOwnNode(caller(7), "k", a)}
+		}, []bool{false, true}},
+		{"not a lookup of another key", func(r *openRefusals) []bool {
+			return []bool{r.needsOwnNode(caller(7), "other", a)}
+		}, []bool{false}},
+		{"not a request without a caller", func(r *openRefusals) []bool {
+			return []bool{r.needsOwnNode(context.Background(), "k", a)}
+		}, []bool{false}},
+		{"not after the window", func(r *openRefusals) []bool {
+			r.at[refusal{key: "k", tid: 7}] = refusalState{at: time.Now().Add(-refusalWindow)}
+			return []bool{r.needsOwnNode(caller(7), "k", a), len(r.at) > 0}
+		}, []bool{false, false}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var r openRefusals
+			r.note(caller(7), "k")
+			if got := c.lookups(&r); !slices.Equal(got, c.want) {
+				t.Errorf("answers: %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestRefusedOpensRememberedAtOnceAreBounded: beyond maxRefusals remembered
+// at once, a refusal is forgotten rather than the memory grown; expired
+// ones make room.
+func TestRefusedOpensRememberedAtOnceAreBounded(t *testing.T) {
+	var r openRefusals
+	for tid := uint32(1); tid <= maxRefusals+10; tid++ {
+		r.note(fuse.NewContext(context.Background(), &fuse.Caller{Pid: tid}), "k")
+	}
+	if len(r.at) != maxRefusals {
+		t.Fatalf("%d refusals remembered, want the bound %d", len(r.at), maxRefusals)
+	}
+	for k := range r.at {
+		r.at[k] = refusalState{at: time.Now().Add(-refusalWindow)}
+	}
+	r.note(fuse.NewContext(context.Background(), &fuse.Caller{Pid: 1 << 20}), "k")
+	if len(r.at) != 1 {
+		t.Fatalf("%d refusals remembered after the others expired, want 1", len(r.at))
+	}
 }

@@ -203,9 +203,13 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		}
 		return nil, d.fsys.errno("lookup", key, err)
 	}
-	if ch := d.GetChild(name); ch != nil && cachedChild(ch) {
-		fillEntry(ch, out)
-		return ch, 0
+	if ch := d.GetChild(name); ch != nil {
+		d.fsys.retryOnOwnNode(ctx, key, ch)
+		if cachedChild(ch) {
+			d.fsys.gaveOwnNode(ctx, key, ch)
+			fillEntry(ch, out)
+			return ch, 0
+		}
 	}
 	ctx, cancel := d.fsys.opctx(ctx)
 	defer cancel()
@@ -216,6 +220,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if r, ok := d.prefetched(ctx, name); ok {
 		d.fsys.metrics.prefetchHits.Inc()
 		ch := d.childNode(ctx, name, r)
+		d.fsys.gaveOwnNode(ctx, key, ch)
 		fillEntry(ch, out)
 		return ch, 0
 	}
@@ -232,6 +237,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, d.fsys.errno("lookup", key, err)
 	}
 	ch := d.childNode(ctx, name, r)
+	d.fsys.gaveOwnNode(ctx, key, ch)
 	fillEntry(ch, out)
 	return ch, 0
 }

@@ -54,12 +54,16 @@ type fileNode struct {
 	gen      uint64 // bumped by every local change; a commit clears dirty only if unchanged
 	unlinked bool   // unlinked or replaced: commits are dropped
 	// superseded: the version open handles read was replaced in the
-	// bucket by another writer; the name moves to a new node (capture.go).
+	// bucket by another writer, or a retried open needed a node of its
+	// own; the name moves to a new node (capture.go).
 	superseded bool
-	openCount  int
-	keepETag   string        // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
-	up         *streamUpload // the staged content's upload in progress (stream.go); nil if none
-	noStream   bool          // a stream was dropped: none until the next commit
+	// supersededKey is the key of a superseded node, which may have left
+	// the tree: an open reaching it with no handle open reads it.
+	supersededKey string
+	openCount     int
+	keepETag      string        // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
+	up            *streamUpload // the staged content's upload in progress (stream.go); nil if none
+	noStream      bool          // a stream was dropped: none until the next commit
 	// spent: the staging file had parts released and its content is now
 	// committed: it is dropped before anything uses it again (commit.go).
 	spent bool
@@ -235,6 +239,7 @@ func (n *fileNode) openLazily(ctx context.Context, key string, flags uint32) (*f
 	n.mu.Lock()
 	if n.superseded {
 		n.mu.Unlock()
+		n.fsys.refused.note(ctx, key)
 		return nil, 0, fmt.Errorf("open %s: %w", key, errSuperseded)
 	}
 	if n.unlinked && n.openCount == 0 {

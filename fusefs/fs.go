@@ -53,6 +53,9 @@ type filesystem struct {
 	// capturedGets counts the GETs sent at open that still serve their
 	// handle (capture.go), bounded by maxCapturedGets.
 	capturedGets atomic.Int64
+	// refused remembers the opens refused for a superseded node until the
+	// kernel's retry of each (capture.go).
+	refused openRefusals
 
 	// Counters for metrics (atomic).
 	dirtyFiles   atomic.Int64

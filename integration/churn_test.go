@@ -8,10 +8,13 @@ package integration
 // thousand reads.
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,37 +76,75 @@ func churnVersion(buf []byte) (uint32, error) {
 	return v, nil
 }
 
-// churnRead reads path to its end, as cat does (128 KiB reads), into buf
-// (churnSize+1 bytes) and returns how many bytes it read (before an
-// error, if any).
-func churnRead(path string, buf []byte) (int, error) {
-	f, err := os.Open(path)
+// churnCat reads path whole with cat(1), a process per read as a shell
+// loop's reader is, into buf (churnSize+1 bytes), taking cat's output
+// 128 KiB at a time with pause after each, and returns how many bytes it
+// read (before an error, if any).
+func churnCat(path string, buf []byte, pause time.Duration) (int, error) {
+	cmd := exec.Command("cat", path)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	got := 0
-	for {
-		if got == len(buf) {
-			return got, fmt.Errorf("file longer than %d bytes", churnSize)
-		}
-		n, err := f.Read(buf[got:min(got+128<<10, len(buf))])
-		got += n
-		if err == io.EOF {
-			return got, nil
-		}
-		if err != nil {
-			return got, err
-		}
+	if err := cmd.Start(); err != nil {
+		return 0, err
 	}
+	var got int
+	var rerr error
+	for rerr == nil && got < len(buf) {
+		var n int
+		n, rerr = io.ReadFull(out, buf[got:min(got+128<<10, len(buf))])
+		got += n
+		time.Sleep(pause)
+	}
+	if rerr == nil {
+		_, _ = io.Copy(io.Discard, out)
+		rerr = fmt.Errorf("file longer than %d bytes", churnSize)
+	} else if rerr == io.ErrUnexpectedEOF || rerr == io.EOF {
+		rerr = nil
+	}
+	if err := cmd.Wait(); err != nil {
+		return got, fmt.Errorf("cat: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return got, rerr
+}
+
+// churnWriterEnv names the file a churn writer process (runChurnWriter)
+// rewrites.
+const churnWriterEnv = "FENCEFS_TEST_CHURN_WRITER"
+
+// runChurnWriter is the body of the leader's writer process: it rewrites
+// path with versions 2, 3, ... (O_TRUNC, write, close) and prints each
+// version's number once its close returned, until its stdin closes. A
+// process of its own, because a fork+exec of the test process (each read's
+// cat) would flush, and so commit, the file while it is being written.
+func runChurnWriter(path string) int {
+	var done atomic.Bool
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		done.Store(true)
+	}()
+	for v := uint32(2); !done.Load(); v++ {
+		if err := os.WriteFile(path, churnContent(v), 0o644); err != nil {
+			fmt.Printf("error: version %d: %v\n", v, err)
+			return 1
+		}
+		fmt.Println(v)
+	}
+	return 0
 }
 
 // TestReadersUnderChurnSeeWholeVersions: the leader rewrites an 8 MiB file
-// in place (O_TRUNC, write, close) in a loop, each version distinct in
-// bytes and size; a reader mount with 100 ms caches reads it whole at least
-// 1000 times, from two readers at once, while at least 30 versions land. Every successful read is one whole
-// version no older than what was committed a second before it opened; at
-// most one read in a thousand fails, and only after it had returned bytes.
+// in place (O_TRUNC, write, close) in a loop from a process of its own,
+// each version distinct in bytes and size; on a reader mount with 100 ms
+// caches three readers read it whole with cat (issue 29 §5), at least
+// churnReads times in all and until at least churnVersions versions have
+// landed. Every successful read is one whole
+// version no older than what was committed a second before it began; no
+// read fails before returning a byte, and at most one in a thousand fails
+// after.
 func TestReadersUnderChurnSeeWholeVersions(t *testing.T) {
 	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
 		bucket := gateway.NewBucket(t, gw)
@@ -113,71 +154,34 @@ func TestReadersUnderChurnSeeWholeVersions(t *testing.T) {
 		if err := os.WriteFile(leader.Path("status.dat"), churnContent(1), 0o644); err != nil {
 			t.Fatalf("write version 1: %v", err)
 		}
+		w := startChurnWriter(t, leader.Path("status.dat"))
 
-		// committed[v] is when the close of version v returned.
-		var mu sync.Mutex
-		committed := map[uint32]time.Time{1: time.Now()}
-		newestBefore := func(at time.Time) uint32 {
-			mu.Lock()
-			defer mu.Unlock()
-			var best uint32
-			for v, c := range committed {
-				if c.Before(at) && v > best {
-					best = v
-				}
-			}
-			return best
-		}
-		stop := make(chan struct{})
-		writerDone := make(chan error, 1)
-		go func() {
-			for v := uint32(2); ; v++ {
-				select {
-				case <-stop:
-					writerDone <- nil
-					return
-				default:
-				}
-				if err := os.WriteFile(leader.Path("status.dat"), churnContent(v), 0o644); err != nil {
-					writerDone <- fmt.Errorf("leader's rewrite %d: %w", v, err)
-					return
-				}
-				mu.Lock()
-				committed[v] = time.Now()
-				mu.Unlock()
-			}
-		}()
-
-		// Each reader reads at least perReader times, and on until the
-		// leader has written minVersions versions (a loaded machine
-		// writes slowly), or for readFor at most.
-		const readers, perReader, minVersions, readFor = 2, 500, 30, 3 * time.Minute
-		versionsSoFar := func() int {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(committed)
-		}
+		// Two readers take cat's output at full speed; a third pauses
+		// 3 ms per 128 KiB, so that its reads span about one of the
+		// leader's rewrites and the others' opens meet its handle on a
+		// version being replaced (the opens the kernel retries).
+		readerPauses := []time.Duration{0, 0, 3 * time.Millisecond}
+		const churnReads, churnVersions, readFor = 2000, 30, 5 * time.Minute
 		readUntil := time.Now().Add(readFor)
 		var total atomic.Int64
 		var failedEmpty, failedAfterBytes, torn, stale atomic.Int64
-		var firstErr sync.Once
 		var wg sync.WaitGroup
-		for r := 0; r < readers; r++ {
+		for _, pause := range readerPauses {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				buf := make([]byte, churnSize+1)
-				for i := 0; i < perReader || (versionsSoFar() < minVersions && time.Now().Before(readUntil)); i++ {
-					total.Add(1)
-					opened := time.Now()
-					n, err := churnRead(reader.Path("status.dat"), buf)
+				for total.Load() < churnReads || (w.versions() < churnVersions && time.Now().Before(readUntil)) {
+					i := total.Add(1)
+					began := time.Now()
+					n, err := churnCat(reader.Path("status.dat"), buf, pause)
 					if err != nil {
 						if n == 0 {
 							failedEmpty.Add(1)
 						} else {
 							failedAfterBytes.Add(1)
 						}
-						firstErr.Do(func() { t.Logf("first failed read (after %d bytes): %v", n, err) })
+						t.Logf("read %d failed after %d bytes: %v", i, n, err)
 						continue
 					}
 					v, verr := churnVersion(buf[:n])
@@ -186,25 +190,20 @@ func TestReadersUnderChurnSeeWholeVersions(t *testing.T) {
 						t.Errorf("read %d: %v", i, verr)
 						continue
 					}
-					if floor := newestBefore(opened.Add(-time.Second)); v < floor {
+					if floor := w.newestBefore(began.Add(-time.Second)); v < floor {
 						stale.Add(1)
-						t.Errorf("read %d returned version %d; version %d was committed over a second before it opened", i, v, floor)
+						t.Errorf("read %d returned version %d; version %d was committed over a second before it began", i, v, floor)
 					}
 				}
 			}()
 		}
 		wg.Wait()
-		close(stop)
-		if err := <-writerDone; err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		versions := len(committed)
-		mu.Unlock()
+		versions := w.stop(t)
 		reads := total.Load()
+		t.Logf("reader mount refused %d opens and %d reads", strings.Count(reader.Log(), "op=open"), strings.Count(reader.Log(), "op=read"))
 		t.Logf("%d reads over %d versions: %d failed before returning a byte, %d failed after returning bytes, %d torn, %d stale",
 			reads, versions, failedEmpty.Load(), failedAfterBytes.Load(), torn.Load(), stale.Load())
-		if versions < minVersions {
+		if versions < churnVersions {
 			t.Errorf("only %d versions were written while the reads ran: the test did not churn", versions)
 		}
 		if failedEmpty.Load() > 0 {
@@ -213,20 +212,104 @@ func TestReadersUnderChurnSeeWholeVersions(t *testing.T) {
 		if failedAfterBytes.Load()*1000 > reads {
 			t.Errorf("%d of %d reads failed after returning bytes: more than 1 in 1000", failedAfterBytes.Load(), reads)
 		}
-		// Why reads failed, from the reader's log (a few lines).
-		var why []string
-		for _, line := range strings.Split(reader.Log(), "\n") {
-			if strings.Contains(line, "op=read") && len(why) < 5 {
-				why = append(why, line)
+		// Why reads and opens were refused, from the reader's log (a few
+		// lines of each).
+		for _, op := range []string{"op=read", "op=open"} {
+			var why []string
+			for _, line := range strings.Split(reader.Log(), "\n") {
+				if strings.Contains(line, op) && len(why) < 10 {
+					why = append(why, line)
+				}
 			}
-		}
-		if len(why) > 0 {
-			t.Logf("reads refused by the reader mount:\n%s", strings.Join(why, "\n"))
+			if len(why) > 0 {
+				t.Logf("refused by the reader mount (%s):\n%s", op, strings.Join(why, "\n"))
+			}
 		}
 		if t.Failed() {
 			t.Logf("reader's log tail:\n%s", lastLines(reader.Log(), 60))
 		}
 	})
+}
+
+// churnWriter is a running writer process (runChurnWriter) and the versions
+// it committed.
+type churnWriter struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	done  chan error // the stdout reader's end: nil, or why the writer failed
+
+	mu        sync.Mutex
+	committed map[uint32]time.Time // GUARDED_BY(mu): when version v's close returned (1: before the start)
+}
+
+// startChurnWriter starts a writer process rewriting path (on the leader's
+// mount), stopped in the test's cleanup if not before.
+func startChurnWriter(t *testing.T, path string) *churnWriter {
+	t.Helper()
+	w := &churnWriter{cmd: exec.Command(os.Args[0], "-test.run=^$"), done: make(chan error, 1),
+		committed: map[uint32]time.Time{1: time.Now()}}
+	w.cmd.Env = append(os.Environ(), churnWriterEnv+"="+path)
+	var err error
+	if w.stdin, err = w.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := w.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.cmd.Process.Kill(); _ = w.cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			v, err := strconv.ParseUint(sc.Text(), 10, 32)
+			if err != nil {
+				w.done <- fmt.Errorf("leader's writer: %s", sc.Text())
+				return
+			}
+			w.mu.Lock()
+			w.committed[uint32(v)] = time.Now()
+			w.mu.Unlock()
+		}
+		w.done <- nil
+	}()
+	return w
+}
+
+// versions is how many versions were committed so far.
+func (w *churnWriter) versions() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.committed)
+}
+
+// newestBefore is the newest version committed before at.
+func (w *churnWriter) newestBefore(at time.Time) uint32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var best uint32
+	for v, c := range w.committed {
+		if c.Before(at) && v > best {
+			best = v
+		}
+	}
+	return best
+}
+
+// stop stops the writer once its current version is committed and returns
+// how many versions were committed.
+func (w *churnWriter) stop(t *testing.T) int {
+	t.Helper()
+	_ = w.stdin.Close()
+	if err := <-w.done; err != nil {
+		t.Fatal(err)
+	}
+	if err := w.cmd.Wait(); err != nil {
+		t.Fatalf("leader's writer: %v", err)
+	}
+	return w.versions()
 }
 
 // lastLines returns the last n lines of s.

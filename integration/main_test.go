@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if files := os.Getenv(holderEnv); files != "" {
 		os.Exit(runHolder(strings.Split(files, "\n")))
 	}
+	if path := os.Getenv(churnWriterEnv); path != "" {
+		os.Exit(runChurnWriter(path))
+	}
 	code := harness.Main(m)
 	zkserver.StopShared() // the ZooKeeper tests share
 	os.Exit(code)
