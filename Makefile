@@ -26,10 +26,13 @@ DURATION ?= 10m
 all: build
 
 ## build: bin/fencefs (and the demo driver, and the fault-injection build the tests use)
+## (-buildvcs=auto records the commit for `fencefs version` even where GOFLAGS turns it off;
+## go records none in a git worktree, whose .git is a file)
+BUILDFLAGS ?= -buildvcs=auto
 build:
-	$(GO) build -o $(BIN)/fencefs ./cmd/fencefs
-	$(GO) build -o $(BIN)/fencefs-demo ./integration/demo
-	$(GO) build -tags failpoints -o $(BIN)/fencefs-failpoints ./cmd/fencefs
+	$(GO) build $(BUILDFLAGS) -o $(BIN)/fencefs ./cmd/fencefs
+	$(GO) build $(BUILDFLAGS) -o $(BIN)/fencefs-demo ./integration/demo
+	$(GO) build $(BUILDFLAGS) -tags failpoints -o $(BIN)/fencefs-failpoints ./cmd/fencefs
 
 ## the pinned Versity S3 gateway, the real S3 server of `make run` and the tests
 $(BIN)/.versitygw-$(VERSITYGW_VERSION):
