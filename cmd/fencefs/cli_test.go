@@ -110,3 +110,32 @@ func TestVersionNamesTheReleaseAndTheCommit(t *testing.T) {
 		})
 	}
 }
+
+func TestMountHelpListsTheEssentialFlagsFirstTypedAndWrapped(t *testing.T) {
+	r := runBin(t, nil, "mount", "--help")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("mount --help: status %d, stderr %q", r.code, r.stderr)
+	}
+	help := r.stdout
+	// In this order: the examples, then the essential flags, then the groups.
+	order := []string{"Examples:", "fencefs mount logs /srv/logs", "Essential flags:", "--endpoint string", "--token string", "-f, --foreground", "--config string",
+		"Fencing flags:", "S3 flags:", "Mount flags:", "Logging and metrics flags:"}
+	at := 0
+	for _, w := range order {
+		i := strings.Index(help[at:], w)
+		if i < 0 {
+			t.Fatalf("mount --help lacks %q after offset %d (or it comes earlier):\n%s", w, at, help)
+		}
+		at += i + len(w)
+	}
+	for _, typed := range []string{"--attr-ttl duration", "--s3-timeout duration", "--s3-concurrency number", "--uid id", "--file-mode mode", "--cache-dir path"} {
+		if !strings.Contains(help, typed) {
+			t.Errorf("mount --help does not show %q", typed)
+		}
+	}
+	for _, l := range strings.Split(help, "\n") {
+		if len(l) > 100 {
+			t.Errorf("a help line of %d characters: %q", len(l), l)
+		}
+	}
+}

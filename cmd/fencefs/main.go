@@ -140,6 +140,7 @@ See docs/CLI.md for configuration files, environment variables and fstab.`,
 		Version: versionString(),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetUsageTemplate(usageTemplate)
 	root.PersistentFlags().String("config", "", "configuration file (YAML); default: $XDG_CONFIG_HOME/fencefs/config.yaml, /etc/fencefs/config.yaml [env FENCEFS_CONFIG]")
 	addMountFlags(root)
 	// Options mount(8) passes to helpers (-n no mtab, -s sloppy, -v verbose):
