@@ -5,6 +5,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -138,4 +140,39 @@ func TestMountHelpListsTheEssentialFlagsFirstTypedAndWrapped(t *testing.T) {
 			t.Errorf("a help line of %d characters: %q", len(l), l)
 		}
 	}
+}
+
+func TestManWritesAPageForEveryCommand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "man1")
+	r := runBin(t, nil, "man", dir)
+	if r.code != 0 || r.stderr != "" || r.stdout != "" {
+		t.Fatalf("man: status %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	pages := map[string]string{ // page: what it must say
+		"fencefs.1":             "fencefs - Mount an S3 bucket with fenced writers",
+		"fencefs-mount.1":       `\fB--token\fP`,
+		"fencefs-epoch-raise.1": `\fB--holder\fP`,
+		"fencefs-gc.1":          `\fB--dry-run\fP`,
+		"fencefs-run.1":         `\fB--lease\fP`,
+		"fencefs-status.1":      `\fB--json\fP`,
+		"fencefs-probe.1":       "fencefs probe",
+		"fencefs-epoch-show.1":  "fencefs epoch show",
+		"fencefs-completion.1":  "fencefs completion",
+		"fencefs-version.1":     "fencefs version",
+	}
+	for page, want := range pages {
+		b, err := os.ReadFile(filepath.Join(dir, page))
+		if err != nil {
+			t.Errorf("no page %s: %v", page, err)
+			continue
+		}
+		if !strings.Contains(string(b), ".SH NAME") || !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks .SH NAME or %q:\n%.400s", page, want, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "fencefs-man.1")); err == nil {
+		t.Errorf("the hidden man command has a page of its own")
+	}
+	bad := runBin(t, nil, "man", "/proc/self/no-such-dir/man1")
+	oneErrorLine(t, bad, "fencefs: man: ", "cannot create /proc/self/no-such-dir/man1")
 }
