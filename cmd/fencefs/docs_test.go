@@ -5,12 +5,10 @@ package main
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -117,15 +115,7 @@ func TestEveryMetricOfTheStorageFencingAndLeaseIsDocumented(t *testing.T) {
 func TestEveryMetricOfAMountIsDocumented(t *testing.T) {
 	gw := gateway.ForTest(t)
 	bucket := gateway.NewBucket(t, gw)
-	port, err := gateway.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	fs := harness.Mount(t, gw, bucket, "--token", "1", "--metrics-addr", addr)
-	if err := os.WriteFile(fs.Path("m.txt"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	fs, addr := mountWithMetrics(t, gw, bucket, "--token", "1")
 	if _, err := os.Stat(fs.Path("missing")); err == nil {
 		t.Fatal("stat of a missing name succeeded")
 	}

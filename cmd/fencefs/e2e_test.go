@@ -529,18 +529,26 @@ func testProbeReportsStrictPossible(t *testing.T, gw *gateway.Gateway) {
 	oneErrorLine(t, bad, "fencefs: probe: ", "does not exist")
 }
 
-func TestMetricsShowTheStateChangeWhenFenced(t *testing.T) {
-	gw := gateway.ForTest(t)
-	bucket := gateway.NewBucket(t, gw)
+// mountWithMetrics mounts bucket with args and --metrics-addr on a free
+// port, writes m.txt through it, and returns the mount and the address.
+func mountWithMetrics(t *testing.T, gw *gateway.Gateway, bucket string, args ...string) (*harness.FS, string) {
+	t.Helper()
 	port, err := gateway.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	fs := harness.Mount(t, gw, bucket, "--token", "3", "--metrics-addr", addr, "--refresh-interval", "50ms")
+	fs := harness.Mount(t, gw, bucket, append(args, "--metrics-addr", addr)...)
 	if err := os.WriteFile(fs.Path("m.txt"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return fs, addr
+}
+
+func TestMetricsShowTheStateChangeWhenFenced(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	fs, addr := mountWithMetrics(t, gw, bucket, "--token", "3", "--refresh-interval", "50ms")
 	code, body := harness.Scrape(t, "http://"+addr+"/healthz")
 	if code != 200 || !strings.Contains(body, "state=active") {
 		t.Fatalf("/healthz = %d %q", code, body)
