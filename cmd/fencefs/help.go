@@ -15,8 +15,9 @@ import (
 // helpWidth is the width the flag descriptions are wrapped to.
 const helpWidth = 80
 
-// essentialFlags are listed first, in this order: what a first mount needs.
-var essentialFlags = []string{"endpoint", "token", "token-file", "foreground", "read-only", "config", config.FlagOptions}
+// essentialFlags are listed first, in this order: what a first mount (or
+// fencefs run) needs.
+var essentialFlags = []string{"lease", "mount", "endpoint", "token", "token-file", "foreground", "read-only", "config", config.FlagOptions}
 
 // flagGroups are the other groups, in order, by the configuration group of
 // each flag's setting; flags of no setting come last, under "Other flags".
@@ -79,7 +80,11 @@ func groupedFlags(c *cobra.Command) string {
 		}
 	}
 	var names []string
-	all.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	all.VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden {
+			names = append(names, f.Name)
+		}
+	})
 	if len(names) <= 8 {
 		section("Flags", names) // few: one list
 		return b.String()
@@ -94,6 +99,13 @@ func groupedFlags(c *cobra.Command) string {
 		}
 		section(g.title, in)
 	}
+	var coordinator []string
+	for _, n := range names {
+		if strings.HasPrefix(n, "etcd") || strings.HasPrefix(n, "zookeeper") {
+			coordinator = append(coordinator, n)
+		}
+	}
+	section("Coordinator flags (etcd, ZooKeeper)", coordinator)
 	section("Other flags", names)
 	return b.String()
 }
