@@ -35,7 +35,11 @@ func RegisterFlags(fs *pflag.FlagSet, groups Group) {
 			fs.Bool(s.Flag, s.Default == "true", usage)
 			continue
 		}
-		fs.String(s.Flag, s.Default, usage)
+		v := &typedString{typ: s.TypeName()}
+		fs.Var(v, s.Flag, usage)
+		f := fs.Lookup(s.Flag)
+		f.DefValue = s.Default
+		_ = v.Set(s.Default)
 	}
 	if groups&GroupMount != 0 {
 		fs.StringArrayP(FlagOptions, "o", nil, "mount options opt[=val],… as in fstab (see docs/CLI.md)")
@@ -420,3 +424,14 @@ func NormalizePrefix(p string) string {
 	}
 	return p
 }
+
+// typedString is a flag's text value, parsed by Load like the same key from
+// any other source; its type name is only what the help shows.
+type typedString struct {
+	typ string
+	s   string
+}
+
+func (v *typedString) String() string     { return v.s }
+func (v *typedString) Set(s string) error { v.s = s; return nil }
+func (v *typedString) Type() string       { return v.typ }

@@ -55,6 +55,26 @@ type Setting struct {
 	to func(c *Config) any
 }
 
+// TypeName names the kind of value the setting takes, as the help shows it
+// (--attr-ttl duration): duration, number, id, mode, path, bool or string.
+func (s Setting) TypeName() string {
+	switch s.kind {
+	case kindDuration:
+		return "duration"
+	case kindInt:
+		return "number" // not "int": viper would convert a bound flag of that type itself
+	case kindUint32:
+		return "id"
+	case kindMode:
+		return "mode"
+	case kindPath:
+		return "path"
+	case kindBool:
+		return "bool"
+	}
+	return "string"
+}
+
 // Secret reports whether the setting holds a credential, which is never
 // accepted from a flag or -o option and never printed.
 func (s Setting) Secret() bool { return s.kind == kindSecret || s.Key == "s3.access_key" }

@@ -455,7 +455,9 @@ func (r *reaper) adoptLedgers(ctx context.Context, ts tokenState, name string) {
 		return nil
 	})
 	if err != nil {
-		r.log.Warn("tombstone reaper: listing ledgers failed; retrying later", "err", err)
+		if ctx.Err() == nil { // else the Guard is closing: nothing failed
+			r.log.Warn("tombstone reaper: listing ledgers failed; retrying later", "err", err)
+		}
 		return
 	}
 	etags := map[string]string{}
@@ -465,7 +467,9 @@ func (r *reaper) adoptLedgers(ctx context.Context, ts tokenState, name string) {
 			continue
 		}
 		if err != nil {
-			r.log.Warn("tombstone reaper: cannot read a ledger; leaving it", "ledger", n, "err", err)
+			if ctx.Err() == nil {
+				r.log.Warn("tombstone reaper: cannot read a ledger; leaving it", "ledger", n, "err", err)
+			}
 			continue
 		}
 		r.add(doc.Tombstones)
@@ -536,7 +540,9 @@ func (r *reaper) writeLedger(ctx context.Context, ts tokenState, force bool) err
 	defer r.mu.Unlock()
 	if err != nil {
 		r.dirty = true
-		r.log.Warn("tombstone reaper: writing the ledger failed; retrying", "err", err)
+		if ctx.Err() == nil {
+			r.log.Warn("tombstone reaper: writing the ledger failed; retrying", "err", err)
+		}
 		return fmt.Errorf("writing the tombstone ledger: %w", err)
 	}
 	r.lastWrite = time.Now()

@@ -30,21 +30,22 @@ func isDaemonChild() bool { return os.Getenv(envDaemonFD) != "" }
 // daemonize re-executes this binary with the same arguments as a background
 // child in a new session, and waits until the child reports that the mount is
 // ready (exit status 0) or failed (its one-line error and status 1). The
-// child's stdio is /dev/null; it logs to --log-file if one is given.
-func daemonize() error {
+// child's stdio is /dev/null; it logs to --log-file if one is given. The
+// string returned is the child's one-line summary of the ready mount.
+func daemonize() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("cannot find own executable to start in the background: %w (use --foreground)", err)
+		return "", fmt.Errorf("cannot find own executable to start in the background: %w (use --foreground)", err)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer r.Close()
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		w.Close()
-		return err
+		return "", err
 	}
 	defer devnull.Close()
 	cmd := exec.Command(exe, os.Args[1:]...)
@@ -54,7 +55,7 @@ func daemonize() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		w.Close()
-		return fmt.Errorf("cannot start the background process: %w", err)
+		return "", fmt.Errorf("cannot start the background process: %w", err)
 	}
 	w.Close()
 	// Ctrl-C or SIGTERM while waiting aborts the mount: forward them to the
@@ -76,19 +77,19 @@ func daemonize() error {
 	line, rerr := bufio.NewReader(r).ReadString('\n')
 	line = strings.TrimSuffix(line, "\n")
 	switch {
-	case line == readyLine:
+	case line == readyLine || strings.HasPrefix(line, readyLine+" "):
 		_ = cmd.Process.Release()
-		return nil
+		return strings.TrimPrefix(strings.TrimPrefix(line, readyLine), " "), nil
 	case strings.HasPrefix(line, errorLinePrefix):
 		_ = cmd.Wait()
 		code, msg := parseFailLine(strings.TrimPrefix(line, errorLinePrefix))
-		return exitError{code: code, msg: msg}
+		return "", exitError{code: code, msg: msg}
 	}
 	werr := cmd.Wait()
 	if rerr == nil {
 		rerr = fmt.Errorf("unexpected message %q", line)
 	}
-	return fmt.Errorf("the background process exited before the mount was ready (%v)", errors.Join(werr, ignoreEOF(rerr)))
+	return "", fmt.Errorf("the background process exited before the mount was ready (%v)", errors.Join(werr, ignoreEOF(rerr)))
 }
 
 func ignoreEOF(err error) error {
@@ -119,14 +120,15 @@ func newReadiness() *readiness {
 	return r
 }
 
-// Ready tells the parent and systemd that the mount is serving.
-func (r *readiness) Ready(status string) {
+// Ready tells the parent (with the one line summary it prints) and systemd
+// (with status) that the mount is serving.
+func (r *readiness) Ready(status, summary string) {
 	if r.done {
 		return
 	}
 	r.done = true
 	if r.pipe != nil {
-		fmt.Fprintln(r.pipe, readyLine)
+		fmt.Fprintln(r.pipe, readyLine+" "+oneLine(summary))
 		r.pipe.Close()
 	}
 	_ = sdNotify(fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=%s", os.Getpid(), status))

@@ -529,18 +529,26 @@ func testProbeReportsStrictPossible(t *testing.T, gw *gateway.Gateway) {
 	oneErrorLine(t, bad, "fencefs: probe: ", "does not exist")
 }
 
-func TestMetricsShowTheStateChangeWhenFenced(t *testing.T) {
-	gw := gateway.ForTest(t)
-	bucket := gateway.NewBucket(t, gw)
+// mountWithMetrics mounts bucket with args and --metrics-addr on a free
+// port, writes m.txt through it, and returns the mount and the address.
+func mountWithMetrics(t *testing.T, gw *gateway.Gateway, bucket string, args ...string) (*harness.FS, string) {
+	t.Helper()
 	port, err := gateway.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	fs := harness.Mount(t, gw, bucket, "--token", "3", "--metrics-addr", addr, "--refresh-interval", "50ms")
+	fs := harness.Mount(t, gw, bucket, append(args, "--metrics-addr", addr)...)
 	if err := os.WriteFile(fs.Path("m.txt"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return fs, addr
+}
+
+func TestMetricsShowTheStateChangeWhenFenced(t *testing.T) {
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	fs, addr := mountWithMetrics(t, gw, bucket, "--token", "3", "--refresh-interval", "50ms")
 	code, body := harness.Scrape(t, "http://"+addr+"/healthz")
 	if code != 200 || !strings.Contains(body, "state=active") {
 		t.Fatalf("/healthz = %d %q", code, body)
@@ -862,5 +870,62 @@ func TestStatusShowsFilesNotYetStored(t *testing.T) {
 	st := runBin(t, nil, "status", fs.Dir)
 	if st.code != 0 || !regexpMatch(`(?m)^dirty_files\s+0$`, st.stdout) || !regexpMatch(`(?m)^staging_bytes\s+0$`, st.stdout) {
 		t.Errorf("status after close: %d %q %q; want dirty_files 0 and staging_bytes 0", st.code, st.stdout, st.stderr)
+	}
+}
+
+// TestBackgroundMountSaysWhatIsMountedAndHowToStopIt: the explicit mount
+// form prints one line once the mount is ready; the helper form, whose
+// output mount(8) shows, prints nothing.
+func TestBackgroundMountSaysWhatIsMountedAndHowToStopIt(t *testing.T) {
+	harness.RequireFUSE(t)
+	gw := gateway.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	bin := harness.Binary(t)
+	tests := []struct {
+		name string
+		args func(mnt, tmp string) []string
+		want []string // "" = no output
+	}{
+		{"mount with a token and a log file", func(mnt, tmp string) []string {
+			return []string{"mount", bucket + "/app", mnt, "--token", "4", "--log-file", filepath.Join(tmp, "log"), "--cache-dir", filepath.Join(tmp, "cache")}
+		}, []string{"mounted " + bucket + "/app at ", "token 4, active", "stop with: fusermount3 -u ", "log: "}},
+		{"mount without a token", func(mnt, tmp string) []string {
+			return []string{"mount", bucket, mnt, "--cache-dir", filepath.Join(tmp, "cache")}
+		}, []string{"mounted " + bucket + " at ", "no token", "no log (give --log-file"}},
+		{"helper form", func(mnt, tmp string) []string {
+			return []string{bucket, mnt, "-o", "cache_dir=" + filepath.Join(tmp, "cache")}
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			mnt := filepath.Join(tmp, "mnt")
+			if err := os.Mkdir(mnt, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cleanupBackground(t, bin, mnt)
+			r := runBin(t, gw.Env(), tt.args(mnt, tmp)...)
+			if r.code != 0 || r.stderr != "" {
+				t.Fatalf("status %d, stderr %q", r.code, r.stderr)
+			}
+			if !mounted(t, mnt) {
+				t.Fatalf("%s is not mounted", mnt)
+			}
+			lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+			if tt.want == nil {
+				if r.stdout != "" {
+					t.Errorf("the helper form printed %q, want nothing", r.stdout)
+				}
+				return
+			}
+			if len(lines) != 1 {
+				t.Fatalf("stdout has %d lines, want one: %q", len(lines), r.stdout)
+			}
+			for _, w := range append(tt.want, mnt) {
+				if !strings.Contains(lines[0], w) {
+					t.Errorf("%q does not contain %q", lines[0], w)
+				}
+			}
+		})
 	}
 }

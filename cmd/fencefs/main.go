@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fencefs/fencefs/config"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -128,12 +129,18 @@ See docs/CLI.md for configuration files, environment variables and fstab.`,
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			if len(args) != 2 {
-				return exitError{code: exitUsage, msg: fmt.Sprintf("fencefs: unknown command %q (run fencefs --help; the mount helper form is fencefs BUCKET[/PREFIX] MOUNTPOINT -o OPTIONS)", args[0])}
+			// A misspelt command ("fencefs stauts /mnt") is refused unless
+			// -o says that mount(8) runs the helper form.
+			if len(args) != 2 || (!cmd.Flags().Changed(config.FlagOptions) && len(cmd.SuggestionsFor(args[0])) > 0) {
+				return exitError{code: exitUsage, msg: "fencefs: " + unknownCommand(cmd, args[0],
+					fmt.Sprintf("to mount a bucket named %s: fencefs mount %s MOUNTPOINT", args[0], args[0]))}
 			}
 			return runMountCmd(cmd, args)
 		},
+		Version: versionString(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetUsageTemplate(usageTemplate)
 	root.PersistentFlags().String("config", "", "configuration file (YAML); default: $XDG_CONFIG_HOME/fencefs/config.yaml, /etc/fencefs/config.yaml [env FENCEFS_CONFIG]")
 	addMountFlags(root)
 	// Options mount(8) passes to helpers (-n no mtab, -s sloppy, -v verbose):
@@ -146,9 +153,50 @@ See docs/CLI.md for configuration files, environment variables and fstab.`,
 	root.Flags().VisitAll(func(f *pflag.Flag) { f.Hidden = true })
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 
-	root.AddCommand(newMountCmd(), newVersionCmd(), newStatusCmd(), newProbeCmd(), newEpochCmd(), newGCCmd(), newRunCmd())
-	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(newMountCmd(), newVersionCmd(), newStatusCmd(), newProbeCmd(), newEpochCmd(), newGCCmd(), newRunCmd(), newManCmd())
+	root.InitDefaultCompletionCmd()
+	for _, c := range append(root.Commands(), root) {
+		c.SuggestionsMinimumDistance = 2
+		if c.HasSubCommands() && !c.Runnable() {
+			c.Args, c.RunE = cobra.ArbitraryArgs, groupRunE
+		}
+	}
 	return root
+}
+
+// groupRunE runs a command that only groups subcommands (fencefs epoch):
+// alone it prints its help; an unknown subcommand is a usage error
+// (cobra itself would print the help and exit 0).
+func groupRunE(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	return usageError{errors.New(unknownCommand(cmd, args[0], ""))}
+}
+
+// unknownCommand says that name is not a subcommand of cmd, with cobra's
+// suggestion, else the commands accepted; then hint, if not empty.
+func unknownCommand(cmd *cobra.Command, name, hint string) string {
+	msg := fmt.Sprintf("unknown command %q for %q", name, cmd.CommandPath())
+	var notes []string
+	if s := cmd.SuggestionsFor(name); len(s) > 0 {
+		msg += fmt.Sprintf("; did you mean %q?", s[0])
+	} else {
+		var accepted []string
+		for _, c := range cmd.Commands() {
+			if c.IsAvailableCommand() {
+				accepted = append(accepted, c.Name())
+			}
+		}
+		notes = append(notes, "accepted: "+strings.Join(accepted, ", "))
+	}
+	if hint != "" {
+		notes = append(notes, hint)
+	}
+	if len(notes) == 0 {
+		return msg
+	}
+	return msg + " (" + strings.Join(notes, "; ") + ")"
 }
 
 func newVersionCmd() *cobra.Command {

@@ -56,6 +56,20 @@ By default fencefs returns once the mount is ready and keeps serving in the
 background; --foreground keeps it attached. SIGTERM or SIGINT flush dirty
 files, unmount and exit 0. With NOTIFY_SOCKET set (systemd Type=notify) it
 reports READY=1 when the mount is serving.`,
+		Example: `  # A leader's mount with epoch 7 (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set):
+  fencefs mount logs /srv/logs --endpoint https://s3.example.net --token 7
+
+  # The next leader: the register's newest epoch + 1; the old leader is fenced.
+  fencefs mount logs /srv/logs --endpoint https://s3.example.net --token auto
+
+  # Only the keys under app/, read-only, logging to a file:
+  fencefs mount logs/app /mnt/app --read-only --log-file /tmp/fencefs.log
+
+  # In the foreground, for systemd (Type=notify) or a terminal:
+  fencefs mount logs /srv/logs --foreground --token-file /run/leader/epoch
+
+  # Stop (commits every change first):
+  fusermount3 -u /srv/logs`,
 		Args: cobra.ExactArgs(2),
 		RunE: runMountCmd,
 	}
@@ -77,7 +91,12 @@ func runMountCmd(cmd *cobra.Command, args []string) error {
 		if err := checkMountpoint(cfg.Mount.Mountpoint); err != nil {
 			return err
 		}
-		return daemonize()
+		summary, err := daemonize()
+		if err == nil && cmd.Name() == "mount" {
+			// Not in the helper form: mount(8) prints what a helper says.
+			fmt.Fprintln(cmd.OutOrStdout(), summary)
+		}
+		return err
 	}
 	rd := newReadiness()
 	err = serveMount(cfg, rd)
@@ -180,7 +199,7 @@ func serveMount(cfg *config.Config, rd *readiness) error {
 	st := run.guard.Status()
 	logger.Info("mounted", "mountpoint", cfg.Mount.Mountpoint, "bucket", cfg.S3.Bucket, "prefix", cfg.S3.Prefix,
 		"endpoint", cfg.EndpointURL(), "state", st.State, "token", st.Token, "epoch", st.Epoch, "holder", st.Holder)
-	rd.Ready(fmt.Sprintf("mounted %s at %s (%s)", cfg.S3.Bucket, cfg.Mount.Mountpoint, st.State))
+	rd.Ready(fmt.Sprintf("mounted %s at %s (%s)", cfg.S3.Bucket, cfg.Mount.Mountpoint, st.State), mountSummary(cfg, st, os.Getpid()))
 
 	waitDone := make(chan struct{})
 	go func() { run.fs.Wait(); close(waitDone) }()
@@ -579,4 +598,29 @@ func unwrapPath(err error) error {
 type metricsServer struct {
 	ln  net.Listener
 	srv *http.Server
+}
+
+// mountSummary is the line a background mount prints once it is ready:
+// what is mounted where, its fencing state, how to stop it and where its
+// log goes.
+func mountSummary(cfg *config.Config, st fencing.Status, pid int) string {
+	source := cfg.S3.Bucket
+	if cfg.S3.Prefix != "" {
+		source += "/" + strings.TrimSuffix(cfg.S3.Prefix, "/")
+	}
+	state := string(st.State)
+	switch {
+	case cfg.Mount.ReadOnly:
+		state = "read-only"
+	case st.Token > 0:
+		state = fmt.Sprintf("token %d, %s", st.Token, st.State)
+	case st.State == fencing.StateUnbound:
+		state = "no token: writes fail with EROFS until one is bound"
+	}
+	log := "log: " + cfg.Log.File
+	if cfg.Log.File == "" {
+		log = "no log (give --log-file to keep one)"
+	}
+	return fmt.Sprintf("mounted %s at %s (%s; pid %d); stop with: fusermount3 -u %s; %s",
+		source, cfg.Mount.Mountpoint, state, pid, cfg.Mount.Mountpoint, log)
 }

@@ -51,6 +51,10 @@ type breaker struct {
 	// quiet: closed, and no broken request counted (the fast path of
 	// every request reads only this).
 	quiet atomic.Bool
+	// heard: the storage has answered at least once. Until then a
+	// failure is the caller's to report (a mount or a command that
+	// cannot reach its bucket fails with that error), not news to log.
+	heard atomic.Bool
 
 	mu      sync.Mutex
 	open    bool      // GUARDED_BY(mu)
@@ -171,6 +175,9 @@ func (b *breaker) run(r *probeRun, timeout time.Duration) {
 
 // answered records an answer from the server: the breaker closes.
 func (b *breaker) answered() {
+	if !b.heard.Load() {
+		b.heard.Store(true)
+	}
 	if b.quiet.Load() {
 		return
 	}
@@ -197,7 +204,11 @@ func (b *breaker) failed(err error, down bool) {
 	}
 	b.open, b.since, b.cause, b.latest = true, time.Now(), err, nil
 	b.m.reachable(false)
-	b.log.Warn("s3: the storage does not answer; requests fail at once until a probe gets an answer", "err", err)
+	level := slog.LevelWarn
+	if !b.heard.Load() {
+		level = slog.LevelDebug
+	}
+	b.log.Log(context.Background(), level, "s3: the storage does not answer; requests fail at once until a probe gets an answer", "err", err)
 	if !b.looping && !b.closed {
 		b.looping = true
 		go b.loop()
