@@ -119,6 +119,9 @@ type Mount struct {
 	// stored (fusefs.Options).
 	AttrWriteback time.Duration
 	AllowOther    bool
+	// Nonempty allows mounting over a directory that is not empty, or over
+	// another mount (both are refused otherwise).
+	Nonempty bool
 	// DefaultPermissions has the kernel check permissions (always true
 	// with AllowOther: other users must not bypass the stored modes).
 	DefaultPermissions bool

@@ -29,6 +29,10 @@ const (
 	XattrEpochHolder = XattrPrefix + "epoch_holder"
 	// XattrReason is why the mount is fenced ("" otherwise).
 	XattrReason = XattrPrefix + "reason"
+	// XattrBindError is why the last bind through XattrToken was refused,
+	// with its time ("" after a bind that succeeded): the setxattr itself
+	// can only answer an errno.
+	XattrBindError = XattrPrefix + "bind_error"
 	// XattrDirtyFiles counts files with changes not yet stored (what an
 	// unmount or kill now would have to commit or lose).
 	XattrDirtyFiles = XattrPrefix + "dirty_files"
@@ -43,7 +47,7 @@ const (
 
 // ControlXattrs returns the name of every control attribute, state first.
 func ControlXattrs() []string {
-	return []string{XattrState, XattrToken, XattrEpoch, XattrHolder, XattrEpochHolder, XattrReason, XattrDirtyFiles, XattrStagingBytes, XattrTombstones}
+	return []string{XattrState, XattrToken, XattrEpoch, XattrHolder, XattrEpochHolder, XattrReason, XattrBindError, XattrDirtyFiles, XattrStagingBytes, XattrTombstones}
 }
 
 var controlNames = ControlXattrs()
@@ -77,6 +81,11 @@ func (fsys *filesystem) controlGet(name string) (val []byte, ok bool, err error)
 		return []byte(st.EpochHolder), true, nil
 	case XattrReason:
 		return []byte(st.Reason), true, nil
+	case XattrBindError:
+		if e := fsys.bindErr.Load(); e != nil {
+			return []byte(*e), true, nil
+		}
+		return nil, true, nil
 	case XattrDirtyFiles:
 		return formatUint(uint64(max(fsys.dirtyFiles.Load(), 0))), true, nil
 	case XattrStagingBytes:
@@ -115,14 +124,17 @@ func (fsys *filesystem) controlSet(ctx context.Context, name string, value []byt
 		return fmt.Errorf("%w: mounted read-only, cannot bind a token", fencing.ErrReadOnly)
 	}
 	tok, err := fencing.ParseToken(string(value))
+	if err == nil {
+		tok, err = fsys.guard.Bind(ctx, tok)
+	}
 	if err != nil {
+		err = fmt.Errorf("bind token %s: %w", strings.TrimSpace(string(value)), err)
+		why := time.Now().UTC().Format(time.RFC3339) + ": " + err.Error()
+		fsys.bindErr.Store(&why)
 		return err
 	}
-	got, err := fsys.guard.Bind(ctx, tok)
-	if err != nil {
-		return fmt.Errorf("bind token %s: %w", strings.TrimSpace(string(value)), err)
-	}
-	fsys.log.Info("fencing token bound", "token", got)
+	fsys.bindErr.Store(nil)
+	fsys.log.Info("fencing token bound", "token", tok)
 	fsys.noteStatus(fsys.guard.Status())
 	return nil
 }

@@ -60,6 +60,9 @@ type filesystem struct {
 	// Counters for metrics (atomic).
 	dirtyFiles   atomic.Int64
 	stagingBytes atomic.Int64
+	// bindErr is why the last bind through XattrToken failed, with its
+	// time ("" or nil once one succeeds).
+	bindErr atomic.Pointer[string]
 	// ledToken is the newest token this mount has been active with; a
 	// newer one is an activation (activate.go).
 	ledToken atomic.Uint64

@@ -88,7 +88,7 @@ func runMountCmd(cmd *cobra.Command, args []string) error {
 	if !foreground && !isDaemonChild() {
 		// Check what can be checked cheaply before forking, so that common
 		// mistakes are reported by the process the user started.
-		if err := checkMountpoint(cfg.Mount.Mountpoint); err != nil {
+		if err := checkMountpoint(cfg.Mount.Mountpoint, cfg.Mount.Nonempty); err != nil {
 			return err
 		}
 		summary, err := daemonize()
@@ -111,8 +111,34 @@ func runMountCmd(cmd *cobra.Command, args []string) error {
 	return err
 }
 
-// checkMountpoint verifies that mp is an existing directory.
-func checkMountpoint(mp string) error {
+// checkMountpoint verifies that mp is an existing directory, and, unless
+// nonempty, an empty one that is not a mount already: mounting over files
+// hides them, and mounting over a fencefs mount hides that mount (still
+// running, fenced by nothing, unreachable).
+func checkMountpoint(mp string, nonempty bool) error {
+	if err := checkMountDir(mp); err != nil || nonempty {
+		return err
+	}
+	if m, ok, err := mountAt(mp); err == nil && ok {
+		what := "a " + m.FSType + " mount"
+		if m.FSType == fencefsType {
+			what = "a fencefs mount of " + m.Source
+		}
+		return fmt.Errorf("mountpoint %s is %s already: unmount it first (fusermount3 -u %s), or give --nonempty (-o nonempty) to mount over it", mp, what, mp)
+	}
+	d, err := os.Open(mp)
+	if err != nil {
+		return fmt.Errorf("mountpoint %s: %v", mp, unwrapPath(err))
+	}
+	defer d.Close()
+	if names, _ := d.Readdirnames(1); len(names) > 0 {
+		return fmt.Errorf("mountpoint %s is not empty (it holds %s): the mount would hide its files; use an empty directory, or give --nonempty (-o nonempty)", mp, names[0])
+	}
+	return nil
+}
+
+// checkMountDir verifies that mp is an existing directory.
+func checkMountDir(mp string) error {
 	fi, err := os.Stat(mp)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -227,7 +253,7 @@ func serveMount(cfg *config.Config, rd *readiness) error {
 // start connects, checks the bucket, binds the token and mounts.
 func (m *mountRun) start(ctx context.Context) error {
 	cfg := m.cfg
-	if err := checkMountpoint(cfg.Mount.Mountpoint); err != nil {
+	if err := checkMountpoint(cfg.Mount.Mountpoint, cfg.Mount.Nonempty); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(cfg.Mount.CacheDir, 0o700); err != nil {

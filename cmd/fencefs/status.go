@@ -21,7 +21,8 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the fencing state of a mount",
 		Long: `Show the fencing state of the fencefs mount at MOUNTPOINT, read from its
 root extended attributes user.fencefs.{state,token,epoch,holder,epoch_holder,
-reason,dirty_files,staging_bytes,tombstones}: dirty_files counts files whose
+reason,bind_error,dirty_files,staging_bytes,tombstones}: bind_error says why
+the last setfattr of user.fencefs.token was refused; dirty_files counts files whose
 changes are not stored yet (what an unmount now must commit); tombstones
 counts the deleted keys the mount knows other S3 clients still list, when the
 first goes and how they are removed. Exits 1 if MOUNTPOINT is not a fencefs
