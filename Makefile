@@ -21,7 +21,7 @@ TEST_SHARDS ?= 3
 PKGS ?= ./...
 DURATION ?= 10m
 
-.PHONY: all build man run test deps servers lint bench torture clean pjdfstest
+.PHONY: all build man run test deps servers lint bench torture clean pjdfstest deb
 
 all: build
 
@@ -144,6 +144,11 @@ torture: build $(BIN)/versitygw $(BIN)/minio
 PJDFSTEST ?=
 pjdfstest: build $(BIN)/versitygw
 	$(GO) run ./integration/pjdfstest -pjdfstest "$(PJDFSTEST)" -bin $(BIN)/fencefs -gateway $(BIN)/versitygw -state .run/pjdfstest
+
+## deb: bin/fencefs_<version>_<arch>.deb (binary, mount helpers, man pages, completions,
+## systemd units, alert rules, docs), built with Debian's dpkg-deb (deploy/debian/build-deb)
+deb: build
+	deploy/debian/build-deb $(BIN)/fencefs $(BIN)
 
 clean:
 	rm -rf $(BIN) .run
