@@ -119,7 +119,7 @@ var settings = []Setting{
 	{Key: "fence.domain", Option: "fence_domain", Flag: "fence-domain", Env: []string{"FENCEFS_FENCE_DOMAIN"}, Default: "bucket", Group: GroupFence, kind: kindWord, to: func(c *Config) any { return &c.Fence.Domain },
 		Usage: "fence domain: bucket (one epoch for the whole bucket) or prefix (the mounted prefix has its own)"},
 	{Key: "fence.token", Option: "token", Flag: "token", Env: []string{"FENCEFS_FENCE_TOKEN"}, Group: GroupFence, kind: kindString, to: func(c *Config) any { return &c.Fence.Token },
-		Usage: "fencing token: a decimal epoch N >= 1, or auto (the register's newest + 1); none = read-only"},
+		Usage: "fencing token: a decimal epoch N from 1 to 9223372036854775807 (the largest token), or auto (the register's newest + 1); none = read-only"},
 	{Key: "fence.token_file", Option: "token_file", Flag: "token-file", Env: []string{"FENCEFS_FENCE_TOKEN_FILE"}, Group: GroupFence, kind: kindPath, to: func(c *Config) any { return &c.Fence.TokenFile },
 		Usage: "file holding the fencing token; re-read and re-bound when it changes"},
 	{Key: "fence.holder", Option: "holder", Flag: "holder", Env: []string{"FENCEFS_FENCE_HOLDER"}, Group: GroupFence, kind: kindString, to: func(c *Config) any { return &c.Fence.Holder },
