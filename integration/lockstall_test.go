@@ -156,7 +156,7 @@ func staleCommitsFail(t *testing.T, gw *gateway.Gateway, bucket string, a *harne
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if ids := uploadIDs(ctx, t, gw, bucket, k); len(ids) > 0 {
-			t.Errorf("A left the uploads %v of %s behind", ids, k)
+			t.Errorf("A left the uploads %v of %s behind; A's log:\n%s", ids, k, a.Log())
 		}
 		cancel()
 	}

@@ -86,6 +86,22 @@ func RetryDeadline(ctx context.Context) (time.Time, bool) {
 	return b.deadline, true
 }
 
+// Cleanup returns the context of the cleanup of an operation of ctx that
+// failed (aborting the upload it started): ctx's values without its
+// cancellation, bounded by d, and an operation of its own with the retry
+// deadline d. What the failed operation found out must not keep its
+// cleanup from being tried and retried: its retry budget may be spent (an
+// old leader resumed after a freeze), the storage found unreachable (its
+// later requests would fail at once while the breaker is open), or it may
+// be background work that waits for no probe (Unwaited). The caller calls
+// cancel.
+func Cleanup(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	now := time.Now()
+	c := context.WithValue(context.WithoutCancel(ctx), unwaitedKey{}, false)
+	c = context.WithValue(c, budgetKey{}, &budget{deadline: now.Add(d), start: now, unreachable: new(atomic.Bool), uncertain: new(atomic.Bool)})
+	return context.WithTimeout(c, d)
+}
+
 type unwaitedKey struct{}
 
 // Unwaited returns a context for work that no caller waits for (a

@@ -70,3 +70,35 @@ func TestEachRetryBudgetInsideAnOperationHasItsOwnOutcome(t *testing.T) {
 		t.Error("a nested retry budget lost its operation's uncertain attempt")
 	}
 }
+
+func TestACleanupIsAnOperationOfItsOwn(t *testing.T) {
+	type key struct{}
+	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "kept"))
+	failed := objstore.Unwaited(objstore.WithRetryDeadline(parent, time.Now().Add(-time.Second)))
+	objstore.MarkUnreachable(failed)
+	objstore.MarkUncertainAttempt(failed)
+	cancelParent()
+
+	c, cancel := objstore.Cleanup(failed, time.Minute)
+	defer cancel()
+	if c.Err() != nil {
+		t.Fatalf("the cleanup is cancelled with the failed operation: %v", c.Err())
+	}
+	if d, ok := objstore.RetryDeadline(c); !ok || time.Until(d) < 50*time.Second {
+		t.Errorf("cleanup retry deadline %v (set %v), want about a minute from now", d, ok)
+	}
+	if dl, ok := c.Deadline(); !ok || time.Until(dl) > time.Minute {
+		t.Errorf("cleanup deadline %v (set %v), want at most a minute", dl, ok)
+	}
+	if objstore.FoundUnreachable(c) || objstore.HadUncertainAttempt(c) || objstore.IsUnwaited(c) {
+		t.Errorf("the cleanup inherits the failed operation's findings: unreachable %v, uncertain %v, unwaited %v",
+			objstore.FoundUnreachable(c), objstore.HadUncertainAttempt(c), objstore.IsUnwaited(c))
+	}
+	if c.Value(key{}) != "kept" {
+		t.Error("the cleanup lost the caller's values")
+	}
+	objstore.MarkUnreachable(c)
+	if !objstore.FoundUnreachable(c) {
+		t.Error("the cleanup is no operation: MarkUnreachable is lost")
+	}
+}

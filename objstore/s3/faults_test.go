@@ -514,3 +514,35 @@ func TestEveryBodyCarriesItsHashes(t *testing.T) {
 		t.Fatalf("saw %d body uploads, want 6", bodies)
 	}
 }
+
+// TestAFailedUploadIsAbortedEvenWhenItsBudgetIsSpent: a multipart upload
+// whose Complete is refused is aborted, and the abort is retried on a
+// budget of its own, even when the upload's own was spent (an old leader
+// resumed after a freeze: its commit began long ago).
+func TestAFailedUploadIsAbortedEvenWhenItsBudgetIsSpent(t *testing.T) {
+	p, s, direct := faultStores(t, 2)
+	ctx := ctxT(t)
+	base := storetest.MustPut(t, ctx, direct, "spent", []byte("base"), objstore.PutOptions{})
+	big := storetest.Random(int(objstore.MinPartSize) + 10)
+	complete := &fault{method: "POST", query: "uploadId", action: "status", status: 412, code: "PreconditionFailed"}
+	abort := &fault{method: "DELETE", query: "uploadId", action: "status", status: 503, code: "SlowDown"}
+	p.add(complete)
+	p.add(abort)
+	spent := objstore.WithRetryDeadline(ctx, time.Now().Add(-time.Second))
+	_, err := s.Put(spent, "spent", bytes.NewReader(big), int64(len(big)), objstore.PutOptions{
+		Shape: objstore.ShapeMultipart, Parts: 2, Cond: objstore.Condition{IfMatch: base.ETag}})
+	if !errors.Is(err, objstore.ErrPrecondition) {
+		t.Fatalf("put: %v, want a precondition failure", err)
+	}
+	if p.hits(complete) != 1 || p.hits(abort) != 1 {
+		t.Fatalf("faults hit: complete %d, abort %d, want 1 each", p.hits(complete), p.hits(abort))
+	}
+	var ups []objstore.Upload
+	if err := direct.ListUploads(ctx, "", func(u objstore.Upload) error { ups = append(ups, u); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(ups) != 0 {
+		t.Fatalf("the refused abort was not retried: uploads left behind: %+v", ups)
+	}
+	wantBody(t, ctx, direct, "spent", "base")
+}

@@ -210,6 +210,9 @@ func (s *Store) uploadPart(ctx context.Context, key, uploadID string, part int, 
 	return cp, err
 }
 
+// abortBudget bounds the abort of a failed upload, retries included.
+const abortBudget = 30 * time.Second
+
 // partFunc uploads (or copies) one part of an upload.
 type partFunc func(ctx context.Context, uploadID string, part int, off, n int64) (minio.CompletePart, error)
 
@@ -232,9 +235,11 @@ func (s *Store) putMultipart(ctx context.Context, key string, layout []int64, op
 	}
 	etag, err := s.runUpload(ctx, key, uploadID, layout, opts.Cond, part)
 	if err != nil {
-		// Abort even when ctx is done: a failed conditional Complete leaves
-		// the upload behind on the gateway.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		// Abort even when ctx is done (a failed conditional Complete leaves
+		// the upload behind on the gateway), and with retries of its own:
+		// the upload's budget may be spent, or the storage found down by
+		// the very failure that ends it.
+		actx, cancel := objstore.Cleanup(ctx, abortBudget)
 		defer cancel()
 		if aerr := s.AbortUpload(actx, key, uploadID); aerr != nil && !errors.Is(aerr, objstore.ErrNotFound) {
 			s.log.Warn("s3: cannot abort a failed multipart upload", "key", key, "upload", uploadID, "err", aerr)
