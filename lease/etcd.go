@@ -57,12 +57,7 @@ type Election struct {
 	elec    *concurrency.Election
 	token   uint64
 
-	cancelBG context.CancelFunc // stops the key watch
-	watched  chan struct{}      // closed when the loss watcher has exited
-
-	mu       sync.Mutex
-	released bool  // GUARDED_BY(mu)
-	relErr   error // GUARDED_BY(mu): the first Release's result
+	watcher // the loss watch, Release once
 }
 
 // Campaign blocks until it wins the election name in etcd (or ctx is
@@ -106,10 +101,7 @@ func Campaign(ctx context.Context, client *clientv3.Client, name string, opts El
 		return nil, err
 	}
 	e.start(name, log, met, HowElected)
-	e.watched = make(chan struct{})
-	var bg context.Context
-	bg, e.cancelBG = context.WithCancel(context.Background())
-	go e.watch(bg)
+	e.startWatch(e.watch)
 	log.Info("elected", "token", e.token, "key", e.elec.Key())
 	if err := bindElected(ctx, e, &e.holding, e.token, opts.Bind, ttl); err != nil {
 		return nil, err
@@ -187,7 +179,6 @@ func closeSession(s *concurrency.Session, ttlSec int) {
 // while etcd is unreachable.
 func (e *Election) watch(ctx context.Context) {
 	var wg sync.WaitGroup
-	defer close(e.watched)
 	defer wg.Wait()
 	wg.Add(1)
 	go func() {
@@ -262,34 +253,19 @@ func (e *Election) Confirm(ctx context.Context) error {
 // wrapping ErrLost when the leadership had been lost, or etcd's error (the
 // key then goes with the lease, within the TTL). Idempotent.
 func (e *Election) Release(ctx context.Context) error {
-	e.mu.Lock()
-	if e.released {
-		defer e.mu.Unlock()
-		return e.relErr
-	}
-	e.released = true
-	e.mu.Unlock()
-	lostErr := e.end(ErrReleased)
-	e.cancelBG()
-	<-e.watched
-
-	var err error
-	if lostErr != nil {
-		err = lostErr
-	} else if rerr := e.elec.Resign(ctx); rerr != nil {
-		err = fmt.Errorf("resigning from etcd election %s: %w", e.name, rerr)
-	}
-	if sessionAlive(e.session) { // else it expired, or etcd is unreachable
-		if _, rerr := e.session.Client().Revoke(ctx, e.session.Lease()); rerr != nil && err == nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
-			err = fmt.Errorf("revoking the etcd session of election %s: %w", e.name, rerr)
+	return e.release(&e.holding, func(lostErr error) error {
+		err := lostErr
+		if err == nil {
+			if rerr := e.elec.Resign(ctx); rerr != nil {
+				err = fmt.Errorf("resigning from etcd election %s: %w", e.name, rerr)
+			}
 		}
-	}
-	e.session.Orphan()
-	if err == nil {
-		e.log.Info("resigned")
-	}
-	e.mu.Lock()
-	e.relErr = err
-	e.mu.Unlock()
-	return err
+		if sessionAlive(e.session) { // else it expired, or etcd is unreachable
+			if _, rerr := e.session.Client().Revoke(ctx, e.session.Lease()); rerr != nil && err == nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+				err = fmt.Errorf("revoking the etcd session of election %s: %w", e.name, rerr)
+			}
+		}
+		e.session.Orphan()
+		return err
+	})
 }

@@ -110,6 +110,54 @@ func (h *holding) lose(err error) {
 	}
 }
 
+// watcher is what an election won shares: the goroutine that watches for
+// its loss, and a Release that runs once.
+type watcher struct {
+	cancel  context.CancelFunc // stops the watch
+	watched chan struct{}      // closed when the watch has exited
+
+	mu       sync.Mutex
+	released bool  // GUARDED_BY(mu)
+	relErr   error // GUARDED_BY(mu): the first Release's result
+}
+
+// startWatch runs watch in its own goroutine until release.
+func (w *watcher) startWatch(watch func(ctx context.Context)) {
+	w.watched = make(chan struct{})
+	bg, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	go func() {
+		defer close(w.watched)
+		watch(bg)
+	}()
+}
+
+// release is an election's Release: the first call ends h (ErrReleased),
+// stops the watch and waits for it, then resigns — resign is given the
+// loss that had ended h before, nil if none, and returns Release's
+// result; "resigned" is logged when it is nil. Later calls return the
+// first call's result.
+func (w *watcher) release(h *holding, resign func(lostErr error) error) error {
+	w.mu.Lock()
+	if w.released {
+		defer w.mu.Unlock()
+		return w.relErr
+	}
+	w.released = true
+	w.mu.Unlock()
+	lostErr := h.end(ErrReleased)
+	w.cancel()
+	<-w.watched
+	err := resign(lostErr)
+	if err == nil {
+		h.log.Info("resigned")
+	}
+	w.mu.Lock()
+	w.relErr = err
+	w.mu.Unlock()
+	return err
+}
+
 // start makes h the holding of an election name just won, acquired how.
 func (h *holding) start(name string, log *slog.Logger, met *metrics, how string) {
 	h.name, h.log, h.met, h.lostMsg = name, log, met, "leadership lost"

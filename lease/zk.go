@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -96,12 +95,7 @@ type ZooKeeperElection struct {
 	acl     []zk.ACL
 	digest  string // "user:password" or "", for naming the user in errors
 
-	cancelBG context.CancelFunc // stops the watch
-	watched  chan struct{}      // closed when the watcher has exited
-
-	mu       sync.Mutex
-	released bool  // GUARDED_BY(mu)
-	relErr   error // GUARDED_BY(mu): the first Release's result
+	watcher // the loss watch, Release once
 }
 
 var _ Leader = (*ZooKeeperElection)(nil)
@@ -140,10 +134,7 @@ func CampaignZooKeeper(ctx context.Context, name string, opts ZooKeeperOptions) 
 	}
 	e.start(name, log, met, HowElected)
 	e.sess.count(met)
-	e.watched = make(chan struct{})
-	var bg context.Context
-	bg, e.cancelBG = context.WithCancel(context.Background())
-	go e.watch(bg)
+	e.startWatch(e.watch)
 	log.Info("elected", "token", e.token, "znode", e.node, "session_timeout", e.sess.sessionTimeout())
 	if err := bindElected(ctx, e, &e.holding, e.token, opts.Bind, timeout); err != nil {
 		return nil, err
@@ -390,7 +381,6 @@ func zkSequence(name string) (int64, bool) {
 // connected: the client drops a connection that heard nothing from its
 // server for two thirds of it.
 func (e *ZooKeeperElection) watch(ctx context.Context) {
-	defer close(e.watched)
 	tick := time.NewTicker(e.sess.sessionTimeout() / 3)
 	defer tick.Stop()
 	for {
@@ -502,35 +492,20 @@ func (e *ZooKeeperElection) Confirm(ctx context.Context) error {
 // lost, or ZooKeeper's error (the znode then goes with the session).
 // Idempotent.
 func (e *ZooKeeperElection) Release(ctx context.Context) error {
-	e.mu.Lock()
-	if e.released {
-		defer e.mu.Unlock()
-		return e.relErr
-	}
-	e.released = true
-	e.mu.Unlock()
-	lostErr := e.end(ErrReleased)
-	e.cancelBG()
-	<-e.watched
-
-	err := lostErr
-	if e.sess.alive() {
-		_, derr := zkCall(ctx, func() (struct{}, error) { return struct{}{}, e.sess.conn.Delete(e.node, -1) })
-		if derr != nil && !errors.Is(derr, zk.ErrNoNode) && err == nil {
-			err = fmt.Errorf("resigning from ZooKeeper election %s (deleting %s): %w", e.name, e.node, derr)
+	return e.release(&e.holding, func(lostErr error) error {
+		err := lostErr
+		if e.sess.alive() {
+			_, derr := zkCall(ctx, func() (struct{}, error) { return struct{}{}, e.sess.conn.Delete(e.node, -1) })
+			if derr != nil && !errors.Is(derr, zk.ErrNoNode) && err == nil {
+				err = fmt.Errorf("resigning from ZooKeeper election %s (deleting %s): %w", e.name, e.node, derr)
+			}
+			if derr == nil {
+				e.deleteEmptyContainers(e.dir)
+			}
 		}
-		if derr == nil {
-			e.deleteEmptyContainers(e.dir)
-		}
-	}
-	e.sess.close()
-	if err == nil {
-		e.log.Info("resigned")
-	}
-	e.mu.Lock()
-	e.relErr = err
-	e.mu.Unlock()
-	return err
+		e.sess.close()
+		return err
+	})
 }
 
 // withdraw deletes this candidate's znode (if created) and the containers

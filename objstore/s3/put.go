@@ -220,14 +220,7 @@ type partFunc func(ctx context.Context, uploadID string, part int, off, n int64)
 // create, parts in parallel (Concurrency at a time), then a Complete
 // carrying opts.Cond. Any failure aborts the upload.
 func (s *Store) putMultipart(ctx context.Context, key string, layout []int64, opts objstore.PutOptions, part partFunc) (string, error) {
-	po := putOptions(opts.Meta, opts.ContentType, objstore.Condition{})
-	po.UserTags = opts.Tags
-	var uploadID string
-	err := s.call(ctx, "create_multipart", true, func(ctx context.Context) error {
-		var err error
-		uploadID, err = s.core.NewMultipartUpload(ctx, s.cfg.Bucket, key, po)
-		return s.classify(err, "create multipart upload", key)
-	})
+	uploadID, err := s.createUpload(ctx, key, opts)
 	if err != nil {
 		// A lost response may have created an upload nobody knows of; the
 		// garbage collector finds it with ListUploads.

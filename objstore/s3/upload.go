@@ -17,6 +17,12 @@ func (s *Store) CreateUpload(ctx context.Context, key string, opts objstore.PutO
 	if err := validateWrite(key, opts); err != nil {
 		return "", err
 	}
+	return s.createUpload(ctx, key, opts)
+}
+
+// createUpload starts a multipart upload of key with opts' metadata,
+// content type and tags (never a condition: the Complete carries it).
+func (s *Store) createUpload(ctx context.Context, key string, opts objstore.PutOptions) (string, error) {
 	po := putOptions(opts.Meta, opts.ContentType, objstore.Condition{})
 	po.UserTags = opts.Tags
 	var uploadID string
