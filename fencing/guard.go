@@ -62,6 +62,8 @@ type Guard struct {
 	inflight int           // mutations in flight; GUARDED_BY(mu)
 	changed  chan struct{} // closed and replaced on every change above; GUARDED_BY(mu)
 	closed   bool          // GUARDED_BY(mu)
+	notify   chan struct{} // Changed's channel, made for shown; GUARDED_BY(mu)
+	shown    shown         // GUARDED_BY(mu)
 	// reported is the state this Guard counts itself in for the shared
 	// state gauge ("" once closed). GUARDED_BY(mu)
 	reported State
@@ -138,6 +140,7 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 		cancel:  cancel,
 		state:   StateUnbound,
 		changed: make(chan struct{}),
+		notify:  make(chan struct{}),
 		busy:    map[string]int{},
 		reaping: map[string]bool{},
 	}
@@ -158,6 +161,7 @@ func New(store objstore.Store, cfg Config) (*Guard, error) {
 	if cfg.Mode == ModeOff {
 		g.state = StateOff
 	}
+	g.shown = g.shownLocked()
 	g.report()
 	return g, nil
 }
@@ -206,6 +210,12 @@ func (g *Guard) Mode() Mode { return g.cfg.Mode }
 func (g *Guard) Status() Status {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.statusLocked()
+}
+
+// statusLocked is Status for a caller holding g.mu.
+// LOCKS_REQUIRED(g.mu)
+func (g *Guard) statusLocked() Status {
 	st := Status{
 		State:       g.state,
 		Token:       g.token,
@@ -241,12 +251,48 @@ func (g *Guard) Admit(op string) (Status, error) {
 	}
 }
 
-// broadcast wakes everything waiting for a change of state.
+// Changed returns a channel closed at the next change of what Status
+// reports (State, Token, Epoch, EpochHolder or Reason: a bind, its sweep
+// ending or failing, the fenced latch, a newer epoch seen in the register)
+// or at Close; like lease.Leader.Lost. A watcher takes the channel, then
+// reads Status, and once the channel fires calls Changed again: taken
+// before Status is read, it misses no change, and it fires once however
+// many changes happened, so the watcher sees the newest status. Mutations,
+// refusals, and binds, refreshes or validations that change nothing never
+// close it; after Close only a late change (a validation in flight
+// latching fenced) does. No I/O; safe for concurrent use.
+func (g *Guard) Changed() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.notify
+}
+
+// shown is what a Changed channel was made for (shownLocked: now).
+type shown struct {
+	st     Status
+	closed bool
+}
+
+// LOCKS_REQUIRED(g.mu)
+func (g *Guard) shownLocked() shown { return shown{g.statusLocked(), g.closed} }
+
+// broadcast wakes everything waiting for a change of state, and the
+// watchers of Changed if what Status reports changed.
 // LOCKS_REQUIRED(g.mu)
 func (g *Guard) broadcast() {
 	close(g.changed)
 	g.changed = make(chan struct{})
+	g.notifyLocked()
 	g.report()
+}
+
+// notifyLocked closes Changed's channel if it was made for another status.
+// LOCKS_REQUIRED(g.mu)
+func (g *Guard) notifyLocked() {
+	if now := g.shownLocked(); now != g.shown {
+		close(g.notify)
+		g.notify, g.shown = make(chan struct{}), now
+	}
 }
 
 // report updates the metrics to the Guard's state: it moves this Guard's
@@ -451,6 +497,7 @@ func (g *Guard) noteRegister(reg Register, etag string) {
 		if changed {
 			g.met.setTokens(g.token, g.reg.Epoch)
 		}
+		g.notifyLocked()
 	}
 }
 

@@ -28,10 +28,11 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// noteStatus is called with the Guard's status before mutations, after a
-// bind and after a refusal for being fenced. A newly active token, or the
-// first sight of this token being fenced (another leader writes now: what
-// the mount cached while it led may be replaced), triggers
+// noteStatus is called with the Guard's status whenever it changes
+// (watchGuard), and also before mutations and after a bind through the
+// root xattr, so that those see its effect at once. A newly active token,
+// or the first sight of this token being fenced (another leader writes
+// now: what the mount cached while it led may be replaced), triggers
 // forgetCached. Safe for concurrent use.
 func (fsys *filesystem) noteStatus(st fencing.Status) {
 	newLead := st.State == fencing.StateActive && st.Token != 0 && raise(&fsys.ledToken, st.Token)
@@ -187,22 +188,22 @@ func (fsys *filesystem) leaderAttrTimeout(out *fuse.AttrOut) {
 	}
 }
 
-// watchStatus passes the Guard's status to noteStatus every interval until
-// the mount goes away, so that a fencing the Guard learns by itself (its
-// background register reads) ends the leader's trust without waiting for a
-// mutation.
-func (fsys *filesystem) watchStatus(interval time.Duration) {
+// watchGuard passes the Guard's status to noteStatus whenever it changes
+// (fencing.Guard.Changed) until the mount goes away: a bind, and the fenced
+// latch however the Guard learns of it (a refused mutation, its own
+// register reads), start or end the leader's trust and drop the caches
+// without waiting for the next mutation.
+func (fsys *filesystem) watchGuard() {
 	if fsys.guard == nil {
 		return
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	for {
+		changed := fsys.guard.Changed() // before Status: no change is missed
+		fsys.noteStatus(fsys.guard.Status())
 		select {
 		case <-fsys.ctx.Done():
 			return
-		case <-t.C:
-			fsys.noteStatus(fsys.guard.Status())
+		case <-changed:
 		}
 	}
 }

@@ -144,16 +144,15 @@ func (fsys *filesystem) mutationErrno(ctx context.Context, op, key string, err e
 // errno converts err with toErrno and logs the original error once: at debug
 // level for the expected outcomes (ENOENT, ENODATA, EEXIST, ENOTSUP, …), at
 // warning level for everything else, so that an EROFS or ESTALE a user sees
-// always has a log line saying why.
+// always has a log line saying why. It counts the errno and does nothing
+// else: a fenced refusal drops the caches through the Guard's change
+// notification (watchGuard), not here.
 func (fsys *filesystem) errno(op, key string, err error) syscall.Errno {
 	e := toErrno(err)
 	if e == 0 {
 		return 0
 	}
 	fsys.metrics.errors(e)
-	if errors.Is(err, fencing.ErrFenced) && fsys.guard != nil {
-		fsys.noteStatus(fsys.guard.Status()) // another leader writes now
-	}
 	level := slog.LevelWarn
 	switch e {
 	case syscall.ENOENT, syscall.ENODATA, syscall.EEXIST, syscall.ENOTEMPTY,

@@ -96,7 +96,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	raiseKernelReadahead(mountpoint, kernelReadaheadKB, fsys.log)
 	fsys.mntID.Store(int64(mountID(mountpoint)))
 	fsys.noteStatus(fsys.status())
-	go fsys.watchStatus(time.Second)
+	go fsys.watchGuard()
 	if fsys.attrwb != nil {
 		go fsys.attrwb.run(fsys.ctx)
 	}

@@ -24,6 +24,7 @@ import (
 type Guard interface {
 	Bind(ctx context.Context, token uint64) (uint64, error)
 	Status() fencing.Status
+	Changed() <-chan struct{}
 	Tombstones() fencing.TombstoneStatus
 	Admit(op string) (fencing.Status, error)
 	Reserve(ctx context.Context, intents ...fencing.Intent) (release func())

@@ -471,8 +471,10 @@ func (m *mountRun) stop() {
 
 // refreshLoop re-reads the epoch register every interval (a conditional
 // GET, normally answered 304), so that an idle mount learns that it was
-// fenced and shows it in its state, xattrs and metrics. The returned
-// function stops the loop and waits for it.
+// fenced and shows it in its state, xattrs and metrics. It is a read of
+// the bucket, not a poll of the Guard: the filesystem hears of what it
+// finds through Guard.Changed. The returned function stops the loop and
+// waits for it.
 func refreshLoop(guard *fencing.Guard, interval time.Duration, log *slog.Logger) func() {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
