@@ -67,6 +67,32 @@ func (d *dirNode) heldChild(name string) *fs.Inode {
 
 var _ = (fs.InodeEmbedder)((*dirNode)(nil))
 
+// A directory keeps its name until its rmdir, and no local state pins its
+// version; its emptied state is local only (see emptied).
+var _ node = (*dirNode)(nil)
+
+func (d *dirNode) goneLocked() bool      { return false }     // LOCKS_REQUIRED(d.mu)
+func (d *dirNode) pinnedLocked() bool    { return false }     // LOCKS_REQUIRED(d.mu)
+func (d *dirNode) localOnlyLocked() bool { return d.emptied } // LOCKS_REQUIRED(d.mu)
+
+// movedLocked takes the version of the marker a rename copied.
+// LOCKS_REQUIRED(d.mu)
+func (d *dirNode) movedLocked(info objstore.ObjectInfo) {
+	d.info = info
+	d.fetched = time.Now()
+}
+
+// forgetCached marks the marker's version stale and forgets the listing.
+func (d *dirNode) forgetCached() {
+	d.nodeBase.forgetCached()
+	d.names.forget()
+}
+
+// removeObject refuses the unlink of a directory.
+func (d *dirNode) removeObject(ctx context.Context, key string) error {
+	return fmt.Errorf("%w: %s", errIsDir, key)
+}
+
 func newDirNode(fsys *filesystem, info objstore.ObjectInfo) *dirNode {
 	d := &dirNode{}
 	d.init(fsys, &d.Inode, kindDir, info)
@@ -98,32 +124,20 @@ func (d *dirNode) fillAttr(out *fuse.Attr) {
 // stable), else nil. A node with local state keeps what it pins.
 func (d *dirNode) reuseChild(name string, r resolved) *fs.Inode {
 	ch := d.GetChild(name)
-	if ch == nil {
+	n := nodeOf(ch)
+	if n == nil {
 		return nil
 	}
-	switch n := ch.Operations().(type) {
-	case *fileNode:
-		if r.kind == kindFile && !n.gone() {
-			n.update(r.info)
-			return ch
-		}
-	case *dirNode:
-		if r.kind == kindDir {
-			n.setInfo(r.info)
-			return ch
-		}
-	case *symlinkNode:
-		if r.kind == kindSymlink && !n.gone() {
-			n.setInfo(r.info)
-			return ch
-		}
-	case *specialNode:
-		if r.kind == n.kind && !n.gone() {
-			n.setInfo(r.info)
-			return ch
-		}
+	b := n.base()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r.kind != b.kind || n.goneLocked() {
+		return nil
 	}
-	return nil
+	if !n.pinnedLocked() {
+		n.adoptLocked(r.info)
+	}
+	return ch
 }
 
 // childNode returns the node for what resolve found at name, reusing the
@@ -145,49 +159,18 @@ func (d *dirNode) childNode(ctx context.Context, name string, r resolved) *fs.In
 	}
 }
 
-func fillEntry(ino *fs.Inode, out *fuse.EntryOut) {
-	switch n := ino.Operations().(type) {
-	case *fileNode:
-		n.fillAttr(&out.Attr)
-		n.fsys.leaderEntryTimeout(out)
-	case *dirNode:
-		n.fillAttr(&out.Attr)
-		n.fsys.leaderEntryTimeout(out)
-	case *symlinkNode:
-		n.fillAttr(&out.Attr)
-		n.fsys.leaderEntryTimeout(out)
-	case *specialNode:
-		n.fillAttr(&out.Attr)
-		n.fsys.leaderEntryTimeout(out)
-	}
-}
-
 // cachedChild returns an existing child that can answer a lookup without a
 // round trip: one with local state (open, being written, created and not yet
 // committed) or fetched less than MetaCacheTTL ago.
 func cachedChild(ch *fs.Inode) bool {
-	switch n := ch.Operations().(type) {
-	case *fileNode:
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if n.unlinked || n.superseded {
-			return false
-		}
-		return n.localStateLocked() || !n.staleLocked()
-	case *dirNode:
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return !n.staleLocked()
-	case *symlinkNode:
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return !n.unlinked && !n.staleLocked()
-	case *specialNode:
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return !n.unlinked && !n.staleLocked()
+	n := nodeOf(ch)
+	if n == nil {
+		return false
 	}
-	return false
+	b := n.base()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !n.goneLocked() && (n.pinnedLocked() || !b.staleLocked())
 }
 
 var _ = (fs.NodeLookuper)((*dirNode)(nil))
@@ -247,32 +230,36 @@ var _ = (fs.NodeGetattrer)((*dirNode)(nil))
 // Getattr returns the directory's attributes: the marker's metadata, or the
 // mount's defaults for an implicit directory.
 func (d *dirNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	return nodeGetattr(ctx, d, out)
+}
+
+// refresh reads the marker again once the cached version expired; without
+// one (implicit, or the marker went away) the attributes stay and the
+// marker is forgotten.
+func (d *dirNode) refresh(ctx context.Context) error {
 	d.mu.Lock()
 	stale := d.staleLocked()
 	d.mu.Unlock()
-	if stale && !d.IsRoot() {
-		if key, ok := d.key(); ok {
-			ctx, cancel := d.fsys.opctx(ctx)
-			defer cancel()
-			info, err := d.fsys.store.Stat(ctx, key)
-			switch {
-			case err == nil && !fencing.IsTombstone(info):
-				d.setInfo(info)
-			case err == nil || errors.Is(err, objstore.ErrNotFound):
-				// Implicit (or the marker went away): keep the attributes,
-				// forget the marker.
-				d.mu.Lock()
-				d.info.ETag = ""
-				d.fetched = time.Now()
-				d.mu.Unlock()
-			default:
-				return d.fsys.errno("getattr", key, err)
-			}
-		}
+	if !stale || d.IsRoot() {
+		return nil
 	}
-	d.fillAttr(&out.Attr)
-	d.fsys.leaderAttrTimeout(out)
-	return 0
+	key, ok := d.key()
+	if !ok {
+		return nil
+	}
+	info, err := d.fsys.store.Stat(ctx, key)
+	switch {
+	case err == nil && !fencing.IsTombstone(info):
+		d.setInfo(info)
+	case err == nil || errors.Is(err, objstore.ErrNotFound):
+		d.mu.Lock()
+		d.info.ETag = ""
+		d.fetched = time.Now()
+		d.mu.Unlock()
+	default:
+		return err
+	}
+	return nil
 }
 
 var _ = (fs.NodeReaddirer)((*dirNode)(nil))
@@ -485,42 +472,11 @@ func (d *dirNode) unlink(ctx context.Context, name, key string) error {
 		}
 		ch = d.childNode(ctx, name, r)
 	}
-	switch n := ch.Operations().(type) {
-	case *fileNode:
-		n.opMu.Lock()
-		defer n.opMu.Unlock()
-		n.mu.Lock()
-		pending, unlinked, base := n.pending, n.unlinked, fencing.VersionOf(n.info)
-		n.mu.Unlock()
-		if unlinked {
-			return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
-		}
-		if !pending {
-			if err := n.preserveForReadersLocked(ctx); err != nil {
-				return err
-			}
-			if err := d.fsys.deleteObject(ctx, key, base); err != nil {
-				return err
-			}
-		}
-		n.markUnlinked()
-		return nil
-	case *symlinkNode, *specialNode:
-		b := baseOf(ch)
-		b.opMu.Lock()
-		defer b.opMu.Unlock()
-		b.mu.Lock()
-		base := fencing.VersionOf(b.info)
-		b.mu.Unlock()
-		if err := d.fsys.deleteObject(ctx, key, base); err != nil {
-			return err
-		}
-		n.(interface{ markUnlinked() }).markUnlinked()
-		return nil
-	case *dirNode:
-		return fmt.Errorf("%w: %s", errIsDir, key)
+	n := nodeOf(ch)
+	if n == nil {
+		return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
 	}
-	return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
+	return n.removeObject(ctx, key)
 }
 
 var _ = (fs.NodeRmdirer)((*dirNode)(nil))
@@ -568,7 +524,7 @@ func (d *dirNode) checkEmpty(ctx context.Context, prefix string) error {
 	for name, ch := range d.Children() {
 		if fn, ok := ch.Operations().(*fileNode); ok {
 			fn.mu.Lock()
-			local := fn.pending && !fn.unlinked
+			local := fn.localOnlyLocked()
 			fn.mu.Unlock()
 			if local {
 				return fmt.Errorf("%w: %s holds %s", errNotEmpty, prefix, name)
