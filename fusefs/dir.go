@@ -314,9 +314,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	n.mu.Lock()
 	n.openCount = 1
 	n.mu.Unlock()
-	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
-	d.entryAdded(name)
-	n.fillAttr(&out.Attr)
+	ch := d.added(ctx, name, n, out)
 	return ch, &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0, writable: true}, 0, 0
 }
 
@@ -325,94 +323,105 @@ var _ = (fs.NodeMknoder)((*dirNode)(nil))
 // Mknod creates an empty regular file at once, or a FIFO, socket or device
 // node (special.go); other types are EINVAL.
 func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	key, err := d.childKey(name)
 	kind := mode & syscall.S_IFMT
-	if err == nil && kind != syscall.S_IFREG && kind != 0 && !isSpecialKind(kind) {
-		err = fmt.Errorf("%w: mknod of type %#o", errInvalid, kind)
+	valid := func() error {
+		if kind != syscall.S_IFREG && kind != 0 && !isSpecialKind(kind) {
+			return fmt.Errorf("%w: mknod of type %#o", errInvalid, kind)
+		}
+		return nil
 	}
-	if err == nil {
-		err = d.fsys.checkWritable("mknod")
-	}
-	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "mknod", key, err)
-	}
-	ctx, cancel := d.fsys.mutctx(ctx)
-	defer cancel()
-	if isSpecialKind(kind) {
-		ch, err := d.mknodSpecial(ctx, name, key, mode, dev, out)
-		return ch, d.fsys.mutationErrno(ctx, "mknod", key, err)
-	}
-	a := newAttr(ctx, kindFile, mode)
-	meta := encodeAttr(a, nil)
-	info, err := d.fsys.createEmpty(ctx, key, meta)
-	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "mknod", key, err)
-	}
-	n := newFileNode(d.fsys, mergeInfo(info, key, 0, meta))
-	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
-	d.entryAdded(name)
-	n.fillAttr(&out.Attr)
-	return ch, 0
+	return d.makeChild(ctx, "mknod", name, "", valid, func(ctx context.Context, key string) (node, error) {
+		if isSpecialKind(kind) {
+			return d.mknodSpecial(ctx, key, mode, dev)
+		}
+		meta := encodeAttr(newAttr(ctx, kindFile, mode), nil)
+		info, err := d.fsys.createEmpty(ctx, key, meta)
+		if err != nil {
+			return nil, err
+		}
+		return newFileNode(d.fsys, mergeInfo(info, key, 0, meta)), nil
+	}, out)
 }
 
 var _ = (fs.NodeMkdirer)((*dirNode)(nil))
 
 // Mkdir creates the "name/" marker, conditioned on its absence.
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	key, err := d.writableChild("mkdir", name)
-	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "mkdir", key, err)
-	}
-	ctx, cancel := d.fsys.mutctx(ctx)
-	defer cancel()
-	marker := key + "/"
-	meta := encodeAttr(newAttr(ctx, kindDir, mode), nil)
-	start := time.Now()
-	info, err := d.fsys.createEmpty(ctx, marker, meta)
-	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "mkdir", marker, err)
-	}
-	n := newDirNode(d.fsys, mergeInfo(info, marker, 0, meta))
-	// The kernel looked the name up (absent: no object, marker or object
-	// below it) before asking, and the marker was created on absence: the
-	// new directory is known empty.
-	n.names.set(start, map[string]struct{}{}, true)
-	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFDIR})
-	d.entryAdded(name)
-	n.fillAttr(&out.Attr)
-	return ch, 0
+	return d.makeChild(ctx, "mkdir", name, "/", nil, func(ctx context.Context, marker string) (node, error) {
+		meta := encodeAttr(newAttr(ctx, kindDir, mode), nil)
+		start := time.Now()
+		info, err := d.fsys.createEmpty(ctx, marker, meta)
+		if err != nil {
+			return nil, err
+		}
+		n := newDirNode(d.fsys, mergeInfo(info, marker, 0, meta))
+		// The kernel looked the name up (absent: no object, marker or
+		// object below it) before asking, and the marker was created on
+		// absence: the new directory is known empty.
+		n.names.set(start, map[string]struct{}{}, true)
+		return n, nil
+	}, out)
 }
 
 var _ = (fs.NodeSymlinker)((*dirNode)(nil))
 
 // Symlink stores a symlink as s3fs does (body = target, S_IFLNK mode).
 func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	valid := func() error {
+		if len(target) == 0 || len(target) > maxSymlinkTarget {
+			return fmt.Errorf("%w: symlink target of %d bytes", errNameTooLong, len(target))
+		}
+		return nil
+	}
+	return d.makeChild(ctx, "symlink", name, "", valid, func(ctx context.Context, key string) (node, error) {
+		meta := encodeAttr(newAttr(ctx, kindSymlink, 0o777), nil)
+		body := []byte(target)
+		info, err := d.fsys.createRetry(ctx, key, func(base fencing.Version) (objstore.ObjectInfo, error) {
+			return d.fsys.guard.Put(ctx, key, bytes.NewReader(body), int64(len(body)), base, meta)
+		})
+		if err != nil {
+			return nil, err
+		}
+		n := newSymlinkNode(d.fsys, mergeInfo(info, key, int64(len(body)), meta))
+		n.target, n.targetETag = target, n.info.ETag
+		return n, nil
+	}, out)
+}
+
+// makeChild is what Mknod, Mkdir and Symlink share: the key of name (plus
+// suffix: "/" for a directory's marker), refused when valid (if any)
+// refuses the request or the mount cannot write; then, under a mutation's
+// deadline, create stores the object at that key and returns its node,
+// which becomes the child name.
+func (d *dirNode) makeChild(ctx context.Context, op, name, suffix string, valid func() error,
+	create func(ctx context.Context, key string) (node, error), out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	key, err := d.childKey(name)
-	if err == nil && (len(target) == 0 || len(target) > maxSymlinkTarget) {
-		err = fmt.Errorf("%w: symlink target of %d bytes", errNameTooLong, len(target))
+	if err == nil && valid != nil {
+		err = valid()
 	}
 	if err == nil {
-		err = d.fsys.checkWritable("symlink")
+		err = d.fsys.checkWritable(op)
 	}
 	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "symlink", key, err)
+		return nil, d.fsys.mutationErrno(ctx, op, key, err)
 	}
 	ctx, cancel := d.fsys.mutctx(ctx)
 	defer cancel()
-	meta := encodeAttr(newAttr(ctx, kindSymlink, 0o777), nil)
-	body := []byte(target)
-	info, err := d.fsys.createRetry(ctx, key, func(base fencing.Version) (objstore.ObjectInfo, error) {
-		return d.fsys.guard.Put(ctx, key, bytes.NewReader(body), int64(len(body)), base, meta)
-	})
+	key += suffix
+	n, err := create(ctx, key)
 	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "symlink", key, err)
+		return nil, d.fsys.mutationErrno(ctx, op, key, err)
 	}
-	n := newSymlinkNode(d.fsys, mergeInfo(info, key, int64(len(body)), meta))
-	n.target, n.targetETag = target, n.info.ETag
-	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFLNK})
+	return d.added(ctx, name, n, out), 0
+}
+
+// added makes n, just created, the child name, and reports its attributes
+// in out.
+func (d *dirNode) added(ctx context.Context, name string, n node, out *fuse.EntryOut) *fs.Inode {
+	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: n.base().kind})
 	d.entryAdded(name)
 	n.fillAttr(&out.Attr)
-	return ch, 0
+	return ch
 }
 
 var _ = (fs.NodeLinker)((*dirNode)(nil))

@@ -54,8 +54,8 @@ func (n *specialNode) fillAttr(out *fuse.Attr) {
 }
 
 // mknodSpecial creates the empty object of a special file of type
-// mode&S_IFMT with device number dev, conditioned on the name's absence.
-func (d *dirNode) mknodSpecial(ctx context.Context, name, key string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, error) {
+// mode&S_IFMT with device number dev at key, conditioned on its absence.
+func (d *dirNode) mknodSpecial(ctx context.Context, key string, mode, dev uint32) (node, error) {
 	kind := mode & syscall.S_IFMT
 	a := newAttr(ctx, kind, mode)
 	if kind == syscall.S_IFCHR || kind == syscall.S_IFBLK {
@@ -66,11 +66,7 @@ func (d *dirNode) mknodSpecial(ctx context.Context, name, key string, mode, dev 
 	if err != nil {
 		return nil, err
 	}
-	n := newSpecialNode(d.fsys, kind, mergeInfo(info, key, 0, meta))
-	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: kind})
-	d.entryAdded(name)
-	n.fillAttr(&out.Attr)
-	return ch, nil
+	return newSpecialNode(d.fsys, kind, mergeInfo(info, key, 0, meta)), nil
 }
 
 var _ node = (*specialNode)(nil)
