@@ -83,25 +83,16 @@ func (fsys *filesystem) forgetCached() (files, dirs int) {
 	var walk func(ino *fs.Inode)
 	walk = func(ino *fs.Inode) {
 		inodes = append(inodes, ino)
-		switch n := ino.Operations().(type) {
-		case *fileNode:
+		n := nodeOf(ino)
+		if n == nil {
+			return
+		}
+		n.forgetCached()
+		switch n.base().kind {
+		case kindFile:
 			files++
-			n.mu.Lock()
-			if !n.localStateLocked() {
-				n.fetched = time.Time{}
-			}
-			n.keepETag = ""
-			n.mu.Unlock()
-		case *symlinkNode:
-			n.mu.Lock()
-			n.fetched = time.Time{}
-			n.mu.Unlock()
-		case *dirNode:
+		case kindDir:
 			dirs++
-			n.mu.Lock()
-			n.fetched = time.Time{}
-			n.mu.Unlock()
-			n.names.forget()
 			for name, ch := range ino.Children() {
 				entries = append(entries, entry{ino, name})
 				walk(ch)

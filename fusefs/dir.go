@@ -67,6 +67,32 @@ func (d *dirNode) heldChild(name string) *fs.Inode {
 
 var _ = (fs.InodeEmbedder)((*dirNode)(nil))
 
+// A directory keeps its name until its rmdir, and no local state pins its
+// version; its emptied state is local only (see emptied).
+var _ node = (*dirNode)(nil)
+
+func (d *dirNode) goneLocked() bool      { return false }     // LOCKS_REQUIRED(d.mu)
+func (d *dirNode) pinnedLocked() bool    { return false }     // LOCKS_REQUIRED(d.mu)
+func (d *dirNode) localOnlyLocked() bool { return d.emptied } // LOCKS_REQUIRED(d.mu)
+
+// movedLocked takes the version of the marker a rename copied.
+// LOCKS_REQUIRED(d.mu)
+func (d *dirNode) movedLocked(info objstore.ObjectInfo) {
+	d.info = info
+	d.fetched = time.Now()
+}
+
+// forgetCached marks the marker's version stale and forgets the listing.
+func (d *dirNode) forgetCached() {
+	d.nodeBase.forgetCached()
+	d.names.forget()
+}
+
+// removeObject refuses the unlink of a directory.
+func (d *dirNode) removeObject(ctx context.Context, key string) error {
+	return fmt.Errorf("%w: %s", errIsDir, key)
+}
+
 func newDirNode(fsys *filesystem, info objstore.ObjectInfo) *dirNode {
 	d := &dirNode{}
 	d.init(fsys, &d.Inode, kindDir, info)
@@ -98,32 +124,20 @@ func (d *dirNode) fillAttr(out *fuse.Attr) {
 // stable), else nil. A node with local state keeps what it pins.
 func (d *dirNode) reuseChild(name string, r resolved) *fs.Inode {
 	ch := d.GetChild(name)
-	if ch == nil {
+	n := nodeOf(ch)
+	if n == nil {
 		return nil
 	}
-	switch n := ch.Operations().(type) {
-	case *fileNode:
-		if r.kind == kindFile && !n.gone() {
-			n.update(r.info)
-			return ch
-		}
-	case *dirNode:
-		if r.kind == kindDir {
-			n.setInfo(r.info)
-			return ch
-		}
-	case *symlinkNode:
-		if r.kind == kindSymlink && !n.gone() {
-			n.setInfo(r.info)
-			return ch
-		}
-	case *specialNode:
-		if r.kind == n.kind && !n.gone() {
-			n.setInfo(r.info)
-			return ch
-		}
+	b := n.base()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r.kind != b.kind || n.goneLocked() {
+		return nil
 	}
-	return nil
+	if !n.pinnedLocked() {
+		n.adoptLocked(r.info)
+	}
+	return ch
 }
 
 // childNode returns the node for what resolve found at name, reusing the
@@ -145,49 +159,18 @@ func (d *dirNode) childNode(ctx context.Context, name string, r resolved) *fs.In
 	}
 }
 
-func fillEntry(ino *fs.Inode, out *fuse.EntryOut) {
-	switch n := ino.Operations().(type) {
-	case *fileNode:
-		n.fillAttr(&out.Attr)
-		n.fsys.leaderEntryTimeout(out)
-	case *dirNode:
-		n.fillAttr(&out.Attr)
-		n.fsys.leaderEntryTimeout(out)
-	case *symlinkNode:
-		n.fillAttr(&out.Attr)
-		n.fsys.leaderEntryTimeout(out)
-	case *specialNode:
-		n.fillAttr(&out.Attr)
-		n.fsys.leaderEntryTimeout(out)
-	}
-}
-
 // cachedChild returns an existing child that can answer a lookup without a
 // round trip: one with local state (open, being written, created and not yet
 // committed) or fetched less than MetaCacheTTL ago.
 func cachedChild(ch *fs.Inode) bool {
-	switch n := ch.Operations().(type) {
-	case *fileNode:
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if n.unlinked || n.superseded {
-			return false
-		}
-		return n.localStateLocked() || !n.staleLocked()
-	case *dirNode:
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return !n.staleLocked()
-	case *symlinkNode:
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return !n.unlinked && !n.staleLocked()
-	case *specialNode:
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return !n.unlinked && !n.staleLocked()
+	n := nodeOf(ch)
+	if n == nil {
+		return false
 	}
-	return false
+	b := n.base()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !n.goneLocked() && (n.pinnedLocked() || !b.staleLocked())
 }
 
 var _ = (fs.NodeLookuper)((*dirNode)(nil))
@@ -247,32 +230,36 @@ var _ = (fs.NodeGetattrer)((*dirNode)(nil))
 // Getattr returns the directory's attributes: the marker's metadata, or the
 // mount's defaults for an implicit directory.
 func (d *dirNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	return nodeGetattr(ctx, d, out)
+}
+
+// refresh reads the marker again once the cached version expired; without
+// one (implicit, or the marker went away) the attributes stay and the
+// marker is forgotten.
+func (d *dirNode) refresh(ctx context.Context) error {
 	d.mu.Lock()
 	stale := d.staleLocked()
 	d.mu.Unlock()
-	if stale && !d.IsRoot() {
-		if key, ok := d.key(); ok {
-			ctx, cancel := d.fsys.opctx(ctx)
-			defer cancel()
-			info, err := d.fsys.store.Stat(ctx, key)
-			switch {
-			case err == nil && !fencing.IsTombstone(info):
-				d.setInfo(info)
-			case err == nil || errors.Is(err, objstore.ErrNotFound):
-				// Implicit (or the marker went away): keep the attributes,
-				// forget the marker.
-				d.mu.Lock()
-				d.info.ETag = ""
-				d.fetched = time.Now()
-				d.mu.Unlock()
-			default:
-				return d.fsys.errno("getattr", key, err)
-			}
-		}
+	if !stale || d.IsRoot() {
+		return nil
 	}
-	d.fillAttr(&out.Attr)
-	d.fsys.leaderAttrTimeout(out)
-	return 0
+	key, ok := d.key()
+	if !ok {
+		return nil
+	}
+	info, err := d.fsys.store.Stat(ctx, key)
+	switch {
+	case err == nil && !fencing.IsTombstone(info):
+		d.setInfo(info)
+	case err == nil || errors.Is(err, objstore.ErrNotFound):
+		d.mu.Lock()
+		d.info.ETag = ""
+		d.fetched = time.Now()
+		d.mu.Unlock()
+	default:
+		return err
+	}
+	return nil
 }
 
 var _ = (fs.NodeReaddirer)((*dirNode)(nil))
@@ -327,9 +314,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	n.mu.Lock()
 	n.openCount = 1
 	n.mu.Unlock()
-	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
-	d.entryAdded(name)
-	n.fillAttr(&out.Attr)
+	ch := d.added(ctx, name, n, out)
 	return ch, &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0, writable: true}, 0, 0
 }
 
@@ -338,94 +323,105 @@ var _ = (fs.NodeMknoder)((*dirNode)(nil))
 // Mknod creates an empty regular file at once, or a FIFO, socket or device
 // node (special.go); other types are EINVAL.
 func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	key, err := d.childKey(name)
 	kind := mode & syscall.S_IFMT
-	if err == nil && kind != syscall.S_IFREG && kind != 0 && !isSpecialKind(kind) {
-		err = fmt.Errorf("%w: mknod of type %#o", errInvalid, kind)
+	valid := func() error {
+		if kind != syscall.S_IFREG && kind != 0 && !isSpecialKind(kind) {
+			return fmt.Errorf("%w: mknod of type %#o", errInvalid, kind)
+		}
+		return nil
 	}
-	if err == nil {
-		err = d.fsys.checkWritable("mknod")
-	}
-	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "mknod", key, err)
-	}
-	ctx, cancel := d.fsys.mutctx(ctx)
-	defer cancel()
-	if isSpecialKind(kind) {
-		ch, err := d.mknodSpecial(ctx, name, key, mode, dev, out)
-		return ch, d.fsys.mutationErrno(ctx, "mknod", key, err)
-	}
-	a := newAttr(ctx, kindFile, mode)
-	meta := encodeAttr(a, nil)
-	info, err := d.fsys.createEmpty(ctx, key, meta)
-	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "mknod", key, err)
-	}
-	n := newFileNode(d.fsys, mergeInfo(info, key, 0, meta))
-	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG})
-	d.entryAdded(name)
-	n.fillAttr(&out.Attr)
-	return ch, 0
+	return d.makeChild(ctx, "mknod", name, "", valid, func(ctx context.Context, key string) (node, error) {
+		if isSpecialKind(kind) {
+			return d.mknodSpecial(ctx, key, mode, dev)
+		}
+		meta := encodeAttr(newAttr(ctx, kindFile, mode), nil)
+		info, err := d.fsys.createEmpty(ctx, key, meta)
+		if err != nil {
+			return nil, err
+		}
+		return newFileNode(d.fsys, mergeInfo(info, key, 0, meta)), nil
+	}, out)
 }
 
 var _ = (fs.NodeMkdirer)((*dirNode)(nil))
 
 // Mkdir creates the "name/" marker, conditioned on its absence.
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	key, err := d.writableChild("mkdir", name)
-	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "mkdir", key, err)
-	}
-	ctx, cancel := d.fsys.mutctx(ctx)
-	defer cancel()
-	marker := key + "/"
-	meta := encodeAttr(newAttr(ctx, kindDir, mode), nil)
-	start := time.Now()
-	info, err := d.fsys.createEmpty(ctx, marker, meta)
-	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "mkdir", marker, err)
-	}
-	n := newDirNode(d.fsys, mergeInfo(info, marker, 0, meta))
-	// The kernel looked the name up (absent: no object, marker or object
-	// below it) before asking, and the marker was created on absence: the
-	// new directory is known empty.
-	n.names.set(start, map[string]struct{}{}, true)
-	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFDIR})
-	d.entryAdded(name)
-	n.fillAttr(&out.Attr)
-	return ch, 0
+	return d.makeChild(ctx, "mkdir", name, "/", nil, func(ctx context.Context, marker string) (node, error) {
+		meta := encodeAttr(newAttr(ctx, kindDir, mode), nil)
+		start := time.Now()
+		info, err := d.fsys.createEmpty(ctx, marker, meta)
+		if err != nil {
+			return nil, err
+		}
+		n := newDirNode(d.fsys, mergeInfo(info, marker, 0, meta))
+		// The kernel looked the name up (absent: no object, marker or
+		// object below it) before asking, and the marker was created on
+		// absence: the new directory is known empty.
+		n.names.set(start, map[string]struct{}{}, true)
+		return n, nil
+	}, out)
 }
 
 var _ = (fs.NodeSymlinker)((*dirNode)(nil))
 
 // Symlink stores a symlink as s3fs does (body = target, S_IFLNK mode).
 func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	valid := func() error {
+		if len(target) == 0 || len(target) > maxSymlinkTarget {
+			return fmt.Errorf("%w: symlink target of %d bytes", errNameTooLong, len(target))
+		}
+		return nil
+	}
+	return d.makeChild(ctx, "symlink", name, "", valid, func(ctx context.Context, key string) (node, error) {
+		meta := encodeAttr(newAttr(ctx, kindSymlink, 0o777), nil)
+		body := []byte(target)
+		info, err := d.fsys.createRetry(ctx, key, func(base fencing.Version) (objstore.ObjectInfo, error) {
+			return d.fsys.guard.Put(ctx, key, bytes.NewReader(body), int64(len(body)), base, meta)
+		})
+		if err != nil {
+			return nil, err
+		}
+		n := newSymlinkNode(d.fsys, mergeInfo(info, key, int64(len(body)), meta))
+		n.target, n.targetETag = target, n.info.ETag
+		return n, nil
+	}, out)
+}
+
+// makeChild is what Mknod, Mkdir and Symlink share: the key of name (plus
+// suffix: "/" for a directory's marker), refused when valid (if any)
+// refuses the request or the mount cannot write; then, under a mutation's
+// deadline, create stores the object at that key and returns its node,
+// which becomes the child name.
+func (d *dirNode) makeChild(ctx context.Context, op, name, suffix string, valid func() error,
+	create func(ctx context.Context, key string) (node, error), out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	key, err := d.childKey(name)
-	if err == nil && (len(target) == 0 || len(target) > maxSymlinkTarget) {
-		err = fmt.Errorf("%w: symlink target of %d bytes", errNameTooLong, len(target))
+	if err == nil && valid != nil {
+		err = valid()
 	}
 	if err == nil {
-		err = d.fsys.checkWritable("symlink")
+		err = d.fsys.checkWritable(op)
 	}
 	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "symlink", key, err)
+		return nil, d.fsys.mutationErrno(ctx, op, key, err)
 	}
 	ctx, cancel := d.fsys.mutctx(ctx)
 	defer cancel()
-	meta := encodeAttr(newAttr(ctx, kindSymlink, 0o777), nil)
-	body := []byte(target)
-	info, err := d.fsys.createRetry(ctx, key, func(base fencing.Version) (objstore.ObjectInfo, error) {
-		return d.fsys.guard.Put(ctx, key, bytes.NewReader(body), int64(len(body)), base, meta)
-	})
+	key += suffix
+	n, err := create(ctx, key)
 	if err != nil {
-		return nil, d.fsys.mutationErrno(ctx, "symlink", key, err)
+		return nil, d.fsys.mutationErrno(ctx, op, key, err)
 	}
-	n := newSymlinkNode(d.fsys, mergeInfo(info, key, int64(len(body)), meta))
-	n.target, n.targetETag = target, n.info.ETag
-	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFLNK})
+	return d.added(ctx, name, n, out), 0
+}
+
+// added makes n, just created, the child name, and reports its attributes
+// in out.
+func (d *dirNode) added(ctx context.Context, name string, n node, out *fuse.EntryOut) *fs.Inode {
+	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: n.base().kind})
 	d.entryAdded(name)
 	n.fillAttr(&out.Attr)
-	return ch, 0
+	return ch
 }
 
 var _ = (fs.NodeLinker)((*dirNode)(nil))
@@ -485,42 +481,11 @@ func (d *dirNode) unlink(ctx context.Context, name, key string) error {
 		}
 		ch = d.childNode(ctx, name, r)
 	}
-	switch n := ch.Operations().(type) {
-	case *fileNode:
-		n.opMu.Lock()
-		defer n.opMu.Unlock()
-		n.mu.Lock()
-		pending, unlinked, base := n.pending, n.unlinked, fencing.VersionOf(n.info)
-		n.mu.Unlock()
-		if unlinked {
-			return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
-		}
-		if !pending {
-			if err := n.preserveForReadersLocked(ctx); err != nil {
-				return err
-			}
-			if err := d.fsys.deleteObject(ctx, key, base); err != nil {
-				return err
-			}
-		}
-		n.markUnlinked()
-		return nil
-	case *symlinkNode, *specialNode:
-		b := baseOf(ch)
-		b.opMu.Lock()
-		defer b.opMu.Unlock()
-		b.mu.Lock()
-		base := fencing.VersionOf(b.info)
-		b.mu.Unlock()
-		if err := d.fsys.deleteObject(ctx, key, base); err != nil {
-			return err
-		}
-		n.(interface{ markUnlinked() }).markUnlinked()
-		return nil
-	case *dirNode:
-		return fmt.Errorf("%w: %s", errIsDir, key)
+	n := nodeOf(ch)
+	if n == nil {
+		return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
 	}
-	return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
+	return n.removeObject(ctx, key)
 }
 
 var _ = (fs.NodeRmdirer)((*dirNode)(nil))
@@ -568,7 +533,7 @@ func (d *dirNode) checkEmpty(ctx context.Context, prefix string) error {
 	for name, ch := range d.Children() {
 		if fn, ok := ch.Operations().(*fileNode); ok {
 			fn.mu.Lock()
-			local := fn.pending && !fn.unlinked
+			local := fn.localOnlyLocked()
 			fn.mu.Unlock()
 			if local {
 				return fmt.Errorf("%w: %s holds %s", errNotEmpty, prefix, name)

@@ -77,39 +77,18 @@ func (d *dirNode) listedItem(name string, e objstore.Entry, listed time.Time) (m
 // pins (open handles, uncommitted changes). false: there is no child of
 // r's kind at name.
 func (d *dirNode) adoptListed(name string, r resolved, listed time.Time) bool {
-	ch := d.GetChild(name)
-	if ch == nil {
+	n := nodeOf(d.GetChild(name))
+	if n == nil {
 		return false
 	}
-	var b *nodeBase
-	pinned := func() bool { return false }
-	switch n := ch.Operations().(type) {
-	case *fileNode:
-		if r.kind != kindFile {
-			return false
-		}
-		b, pinned = &n.nodeBase, n.localStateLocked
-	case *symlinkNode:
-		if r.kind != kindSymlink {
-			return false
-		}
-		b, pinned = &n.nodeBase, func() bool { return n.unlinked }
-	case *specialNode:
-		if r.kind != n.kind {
-			return false
-		}
-		b, pinned = &n.nodeBase, func() bool { return n.unlinked }
-	default:
-		return false
-	}
+	b := n.base()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if pinned() || b.fetched.After(listed) {
-		return true
+	if r.kind != b.kind {
+		return false
 	}
-	b.setInfoLocked(r.info)
-	if n, ok := ch.Operations().(*fileNode); ok {
-		n.size = r.info.Size
+	if !n.pinnedLocked() && !b.fetched.After(listed) {
+		n.adoptLocked(r.info)
 	}
 	return true
 }

@@ -16,6 +16,78 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
+// node is what every node kind (dirNode, fileNode, symlinkNode,
+// specialNode) answers to the code that handles a child without asking its
+// kind: lookups, listings, removals, renames and the cache drop of a
+// takeover. What one kind alone does (a directory's listing, a file's
+// content and commit) stays a method of that type.
+//
+// Contract: methods read and change the node's cached state only; none but
+// refresh and removeObject calls the store. A kind may leave adoptLocked,
+// movedLocked and forgetCached to nodeBase, whose versions suit a node
+// with no local state.
+//
+// Locking: a method whose name ends in Locked requires the node's
+// nodeBase.mu (LOCKS_REQUIRED(n.base().mu)); the others take what they
+// need themselves (LOCKS_EXCLUDED(n.base().mu)). removeObject takes
+// opMu, so it must not be called with opMu held; no other method takes
+// opMu, or a file's openMu or cmu.
+type node interface {
+	fs.InodeEmbedder
+	// base is the state all kinds share: the key, the cached version
+	// (info, fetched) and the attributes.
+	base() *nodeBase
+	// fillAttr reports the attributes (size and nlink as the kind counts
+	// them).
+	fillAttr(out *fuse.Attr)
+	// refresh re-reads the object once the cached version expired,
+	// unless the node is gone or pinned (Getattr).
+	refresh(ctx context.Context) error
+	// goneLocked: the node gave up its name here (unlinked; a file also
+	// when superseded, capture.go), so a lookup does not reuse it.
+	goneLocked() bool
+	// pinnedLocked: state the store does not have (open handles,
+	// uncommitted changes, an unlink) pins the cached version: nothing
+	// read from the store replaces it.
+	pinnedLocked() bool
+	// adoptLocked makes the version info, read from the store by a
+	// lookup or a listing, the node's own.
+	adoptLocked(info objstore.ObjectInfo)
+	// localOnlyLocked: the name is shown though the store may not list
+	// it (a file created here and not committed, a directory emptied
+	// here: dirNode.emptied).
+	localOnlyLocked() bool
+	// movedLocked takes the version a directory rename copied the node's
+	// object to (rename.go updateTree).
+	movedLocked(info objstore.ObjectInfo)
+	// forgetCached marks the cached version stale (a file's unless
+	// local state pins it), so that the next use reads the store
+	// (activate.go).
+	forgetCached()
+	// removeObject deletes the node's object at key, conditioned on the
+	// version it holds, and marks the node unlinked (Unlink; a directory
+	// is EISDIR: Rmdir removes it).
+	removeObject(ctx context.Context, key string) error
+}
+
+// nodeOf returns the node of ino, or nil (no inode, or one of no node
+// kind).
+func nodeOf(ino *fs.Inode) node {
+	if ino == nil {
+		return nil
+	}
+	n, _ := ino.Operations().(node)
+	return n
+}
+
+// baseOf returns the nodeBase of ino's node, or nil.
+func baseOf(ino *fs.Inode) *nodeBase {
+	if n := nodeOf(ino); n != nil {
+		return n.base()
+	}
+	return nil
+}
+
 // nodeBase is the state every node kind shares: the object version it came
 // from and its POSIX attributes.
 type nodeBase struct {
@@ -53,6 +125,103 @@ func (b *nodeBase) init(fsys *filesystem, ino *fs.Inode, kind uint32, info objst
 	b.kind = kind
 	b.metaUpdate = b.updateMetaNow
 	b.setInfo(info)
+}
+
+func (b *nodeBase) base() *nodeBase { return b }
+
+// adoptLocked is setInfoLocked. LOCKS_REQUIRED(b.mu)
+func (b *nodeBase) adoptLocked(info objstore.ObjectInfo) { b.setInfoLocked(info) }
+
+// movedLocked takes info, keeping the metadata this node knows (the copy
+// carried it). LOCKS_REQUIRED(b.mu)
+func (b *nodeBase) movedLocked(info objstore.ObjectInfo) {
+	info.Meta = b.info.Meta
+	b.info = info
+}
+
+// forgetCached marks the cached version stale. LOCKS_EXCLUDED(b.mu)
+func (b *nodeBase) forgetCached() {
+	b.mu.Lock()
+	b.fetched = time.Time{}
+	b.mu.Unlock()
+}
+
+// leafNode is the state a symlink and a special file add to nodeBase:
+// nodes whose only local state is their unlink.
+type leafNode struct {
+	nodeBase
+	unlinked bool // GUARDED_BY(mu)
+}
+
+func (l *leafNode) goneLocked() bool      { return l.unlinked } // LOCKS_REQUIRED(l.mu)
+func (l *leafNode) pinnedLocked() bool    { return l.unlinked } // LOCKS_REQUIRED(l.mu)
+func (l *leafNode) localOnlyLocked() bool { return false }      // LOCKS_REQUIRED(l.mu)
+
+// markUnlinked records that the name is gone: fstat shows nlink 0.
+func (l *leafNode) markUnlinked() {
+	l.mu.Lock()
+	l.unlinked = true
+	l.mu.Unlock()
+}
+
+// refresh re-reads the object once its metadata cache expired, unless it
+// was unlinked here: a tombstone or a missing object is ENOENT.
+func (l *leafNode) refresh(ctx context.Context) error {
+	l.mu.Lock()
+	skip := l.unlinked || !l.staleLocked()
+	l.mu.Unlock()
+	key, ok := l.key()
+	if skip || !ok {
+		return nil
+	}
+	info, err := l.fsys.store.Stat(ctx, key)
+	if err == nil && fencing.IsTombstone(info) {
+		err = fmt.Errorf("%w: %s is a tombstone", objstore.ErrNotFound, key)
+	}
+	if err != nil {
+		return err
+	}
+	l.setInfo(info)
+	return nil
+}
+
+// removeObject deletes the object conditioned on the version the node holds.
+// LOCKS_EXCLUDED(l.opMu)
+func (l *leafNode) removeObject(ctx context.Context, key string) error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	base := fencing.VersionOf(l.info)
+	l.mu.Unlock()
+	if err := l.fsys.deleteObject(ctx, key, base); err != nil {
+		return err
+	}
+	l.markUnlinked()
+	return nil
+}
+
+// nodeGetattr answers every kind's GETATTR: the attributes, refreshed once
+// their cache expired, with the leader's attribute timeout.
+func nodeGetattr(ctx context.Context, n node, out *fuse.AttrOut) syscall.Errno {
+	b := n.base()
+	ctx, cancel := b.fsys.opctx(ctx)
+	defer cancel()
+	if err := n.refresh(ctx); err != nil {
+		k, _ := b.key()
+		return b.fsys.errno("getattr", k, err)
+	}
+	n.fillAttr(&out.Attr)
+	b.fsys.leaderAttrTimeout(out)
+	return 0
+}
+
+// fillEntry reports the attributes of ino's node in a LOOKUP reply, with
+// the leader's entry and attribute timeouts.
+func fillEntry(ino *fs.Inode, out *fuse.EntryOut) {
+	if n := nodeOf(ino); n != nil {
+		n.fillAttr(&out.Attr)
+		n.base().fsys.leaderEntryTimeout(out)
+	}
 }
 
 // setInfo records a version read from the store. LOCKS_EXCLUDED(b.mu)

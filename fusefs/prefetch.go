@@ -212,13 +212,8 @@ func (d *dirNode) confirmListed(name string, e objstore.Entry) bool {
 	if ch == nil {
 		return false
 	}
-	var b *nodeBase
-	switch n := ch.Operations().(type) {
-	case *fileNode:
-		b = &n.nodeBase
-	case *symlinkNode:
-		b = &n.nodeBase
-	default:
+	b := baseOf(ch)
+	if b == nil || (b.kind != kindFile && b.kind != kindSymlink) {
 		return false
 	}
 	b.mu.Lock()

@@ -63,20 +63,15 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 		add(de)
 	}
 	for name, ch := range children {
-		switch n := ch.Operations().(type) {
-		case *fileNode:
-			n.mu.Lock()
-			local := n.pending && !n.unlinked
-			n.mu.Unlock()
+		// Shown though the listing may miss them: files created here
+		// and not committed, directories emptied here.
+		if n := nodeOf(ch); n != nil {
+			b := n.base()
+			b.mu.Lock()
+			local := n.localOnlyLocked()
+			b.mu.Unlock()
 			if local {
-				add(fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
-			}
-		case *dirNode:
-			n.mu.Lock()
-			held := n.emptied
-			n.mu.Unlock()
-			if held {
-				add(fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR})
+				add(fuse.DirEntry{Name: name, Mode: b.kind})
 			}
 		}
 	}

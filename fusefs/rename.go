@@ -87,20 +87,6 @@ func lockTwo(a, b *sync.Mutex) func() {
 	return func() { b.Unlock(); a.Unlock() }
 }
 
-func baseOf(ino *fs.Inode) *nodeBase {
-	switch n := ino.Operations().(type) {
-	case *fileNode:
-		return &n.nodeBase
-	case *symlinkNode:
-		return &n.nodeBase
-	case *dirNode:
-		return &n.nodeBase
-	case *specialNode:
-		return &n.nodeBase
-	}
-	return nil
-}
-
 // renameObject renames a file or a symlink.
 func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey string, dst *fs.Inode, dstKey string, noreplace bool) error {
 	sb := baseOf(src)
@@ -166,13 +152,8 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 	}
 	if dst != nil && db != sb {
 		db.dropPendingAttr() // replaced: nothing left to store it on
-		switch n := dst.Operations().(type) {
-		case *fileNode:
-			n.markUnlinked()
-		case *symlinkNode:
-			n.markUnlinked()
-		case *specialNode:
-			n.markUnlinked()
+		if n, ok := dst.Operations().(interface{ markUnlinked() }); ok {
+			n.markUnlinked() // a file, symlink or special file
 		}
 	}
 	return nil
@@ -433,51 +414,36 @@ func commitTree(ctx context.Context, ino *fs.Inode) error {
 				return err
 			}
 		}
-		switch n := ch.Operations().(type) {
-		case *fileNode:
-			if err := n.commit(ctx); err != nil {
+		if fn, ok := ch.Operations().(*fileNode); ok {
+			if err := fn.commit(ctx); err != nil {
 				return err
 			}
-		case *dirNode:
-			if err := commitTree(ctx, ch); err != nil {
-				return err
-			}
+		}
+		if err := commitTree(ctx, ch); err != nil { // below a directory
+			return err
 		}
 	}
 	return nil
 }
 
-// updateTree gives the nodes below ino (whose key prefix was prefix) the
-// versions their objects were copied to.
-func updateTree(ino *fs.Inode, prefix string, byOld map[string]objstore.ObjectInfo) {
-	if dn, ok := ino.Operations().(*dirNode); ok {
-		if info, ok := byOld[prefix]; ok {
-			dn.mu.Lock()
-			dn.info = info
-			dn.fetched = time.Now()
-			dn.mu.Unlock()
+// updateTree gives the node of ino, whose object was key (a directory's
+// marker key: its prefix), and the nodes below it the versions their
+// objects were copied to.
+func updateTree(ino *fs.Inode, key string, byOld map[string]objstore.ObjectInfo) {
+	if info, ok := byOld[key]; ok {
+		if n := nodeOf(ino); n != nil {
+			b := n.base()
+			b.mu.Lock()
+			n.movedLocked(info)
+			b.mu.Unlock()
 		}
 	}
 	for name, ch := range ino.Children() {
-		switch n := ch.Operations().(type) {
-		case *dirNode:
-			updateTree(ch, prefix+name+"/", byOld)
-		case *fileNode:
-			if info, ok := byOld[prefix+name]; ok {
-				n.mu.Lock()
-				info.Meta = n.info.Meta
-				n.info = info
-				n.keepETag = info.ETag
-				n.mu.Unlock()
-			}
-		case *symlinkNode:
-			if info, ok := byOld[prefix+name]; ok {
-				n.mu.Lock()
-				info.Meta = n.info.Meta
-				n.info = info
-				n.mu.Unlock()
-			}
+		k := key + name
+		if ch.IsDir() {
+			k += "/"
 		}
+		updateTree(ch, k, byOld)
 	}
 }
 

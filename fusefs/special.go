@@ -2,10 +2,8 @@ package fusefs
 
 import (
 	"context"
-	"fmt"
 	"syscall"
 
-	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -34,9 +32,7 @@ func isSpecialKind(kind uint32) bool {
 // specialNode is a FIFO, socket or device node.
 type specialNode struct {
 	fs.Inode
-	nodeBase
-
-	unlinked bool // GUARDED_BY(mu) (nodeBase.mu)
+	leafNode
 }
 
 func newSpecialNode(fsys *filesystem, kind uint32, info objstore.ObjectInfo) *specialNode {
@@ -57,36 +53,9 @@ func (n *specialNode) fillAttr(out *fuse.Attr) {
 	out.Rdev = a.Rdev
 }
 
-func (n *specialNode) markUnlinked() {
-	n.mu.Lock()
-	n.unlinked = true
-	n.mu.Unlock()
-}
-
-func (n *specialNode) gone() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.unlinked
-}
-
-// gone reports whether the file was unlinked here, or superseded (its
-// name moves to a new node, capture.go).
-func (n *fileNode) gone() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.unlinked || n.superseded
-}
-
-// gone reports whether the symlink was unlinked here.
-func (n *symlinkNode) gone() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.unlinked
-}
-
 // mknodSpecial creates the empty object of a special file of type
-// mode&S_IFMT with device number dev, conditioned on the name's absence.
-func (d *dirNode) mknodSpecial(ctx context.Context, name, key string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, error) {
+// mode&S_IFMT with device number dev at key, conditioned on its absence.
+func (d *dirNode) mknodSpecial(ctx context.Context, key string, mode, dev uint32) (node, error) {
 	kind := mode & syscall.S_IFMT
 	a := newAttr(ctx, kind, mode)
 	if kind == syscall.S_IFCHR || kind == syscall.S_IFBLK {
@@ -97,49 +66,16 @@ func (d *dirNode) mknodSpecial(ctx context.Context, name, key string, mode, dev 
 	if err != nil {
 		return nil, err
 	}
-	n := newSpecialNode(d.fsys, kind, mergeInfo(info, key, 0, meta))
-	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: kind})
-	d.entryAdded(name)
-	n.fillAttr(&out.Attr)
-	return ch, nil
+	return newSpecialNode(d.fsys, kind, mergeInfo(info, key, 0, meta)), nil
 }
 
-// refreshLeaf re-reads the object of a file-like node (symlink, special
-// file) once its metadata cache expired: a tombstone or a missing object is
-// ENOENT.
-func (b *nodeBase) refreshLeaf(ctx context.Context) error {
-	b.mu.Lock()
-	stale := b.staleLocked()
-	b.mu.Unlock()
-	key, ok := b.key()
-	if !stale || !ok {
-		return nil
-	}
-	info, err := b.fsys.store.Stat(ctx, key)
-	if err == nil && fencing.IsTombstone(info) {
-		err = fmt.Errorf("%w: %s is a tombstone", objstore.ErrNotFound, key)
-	}
-	if err != nil {
-		return err
-	}
-	b.setInfo(info)
-	return nil
-}
+var _ node = (*specialNode)(nil)
 
 var _ = (fs.NodeGetattrer)((*specialNode)(nil))
 
 // Getattr returns the node's attributes (refreshed after MetaCacheTTL).
 func (n *specialNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if !n.gone() {
-		ctx, cancel := n.fsys.opctx(ctx)
-		defer cancel()
-		if err := n.refreshLeaf(ctx); err != nil {
-			k, _ := n.key()
-			return n.fsys.errno("getattr", k, err)
-		}
-	}
-	n.fillAttr(&out.Attr)
-	return 0
+	return nodeGetattr(ctx, n, out)
 }
 
 var _ = (fs.NodeSetattrer)((*specialNode)(nil))

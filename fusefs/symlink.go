@@ -18,12 +18,11 @@ const maxSymlinkTarget = 4095
 // is the target and whose mode has S_IFLNK.
 type symlinkNode struct {
 	fs.Inode
-	nodeBase
+	leafNode
 
 	// GUARDED_BY(mu) (nodeBase.mu):
 	target     string
 	targetETag string // the version target was read from
-	unlinked   bool
 }
 
 func newSymlinkNode(fsys *filesystem, info objstore.ObjectInfo) *symlinkNode {
@@ -46,30 +45,13 @@ func (n *symlinkNode) fillAttr(out *fuse.Attr) {
 	fillAttr(out, a, size, nlink)
 }
 
-func (n *symlinkNode) markUnlinked() {
-	n.mu.Lock()
-	n.unlinked = true
-	n.mu.Unlock()
-}
+var _ node = (*symlinkNode)(nil)
 
 var _ = (fs.NodeGetattrer)((*symlinkNode)(nil))
 
 // Getattr returns the link's attributes (refreshed after MetaCacheTTL).
 func (n *symlinkNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	n.mu.Lock()
-	unlinked := n.unlinked
-	n.mu.Unlock()
-	if !unlinked {
-		ctx, cancel := n.fsys.opctx(ctx)
-		defer cancel()
-		if err := n.refreshLeaf(ctx); err != nil {
-			k, _ := n.key()
-			return n.fsys.errno("getattr", k, err)
-		}
-	}
-	n.fillAttr(&out.Attr)
-	n.fsys.leaderAttrTimeout(out)
-	return 0
+	return nodeGetattr(ctx, n, out)
 }
 
 var _ = (fs.NodeReadlinker)((*symlinkNode)(nil))
