@@ -233,38 +233,30 @@ func (n *fileNode) snapshotCommit() (*pendingCommit, error) {
 
 // store writes c through the Guard: through the node's stream when one is
 // in progress, else as a create (pending) or a Put on the base; a
-// whole-file replacement refused because an older epoch changed the object
-// is retried on the current version (replace.go). c.meta becomes what was
-// stored. A staging file with released ranges is never Put.
+// whole-file replacement is the Guard's Replace, which may move it to the
+// current version (fencing/replace.go). c.meta becomes what was stored. A
+// staging file with released ranges is never Put.
 // LOCKS_REQUIRED(n.opMu, n.cmu read)
 func (n *fileNode) store(ctx context.Context, c *pendingCommit) (objstore.ObjectInfo, error) {
-	put := func(base fencing.Version) (objstore.ObjectInfo, error) {
-		return n.fsys.guard.Put(ctx, c.key, c.body, c.size, base, c.meta)
-	}
-	var info objstore.ObjectInfo
-	var err error
-	streamed := false
 	if n.stage != nil && c.size > 0 {
-		info, streamed, err = n.commitStream(ctx, c)
+		info, streamed, err := n.commitStream(ctx, c)
 		if streamed && c.pending && errors.Is(err, fencing.ErrStale) {
 			err = fmt.Errorf("%w: %s was created concurrently (%v)", errExist, c.key, err)
 		}
-	}
-	switch {
-	case streamed:
-	case n.holeHi > 0:
-		return objstore.ObjectInfo{}, fmt.Errorf("%w: nothing stored", errStreamLost)
-	case c.pending:
-		info, err = n.fsys.createRetry(ctx, c.key, put)
-	default:
-		info, err = put(c.base)
-	}
-	if err != nil && !streamed && c.replacing && (isConflict(err) || errors.Is(err, errExist)) {
-		if cur, ok := n.fsys.replacementBase(ctx, c.key); ok {
-			info, err = put(cur)
+		if streamed {
+			return info, err
 		}
 	}
-	return info, err
+	g := n.fsys.guard
+	switch {
+	case n.holeHi > 0:
+		return objstore.ObjectInfo{}, fmt.Errorf("%w: nothing stored", errStreamLost)
+	case c.replacing: // c.base is absent when pending: a create
+		return existErr(g.Replace(ctx, c.key, c.body, c.size, c.base, c.meta))
+	case c.pending:
+		return n.fsys.create(ctx, c.key, c.body, c.size, c.meta)
+	}
+	return g.Put(ctx, c.key, c.body, c.size, c.base, c.meta)
 }
 
 // forgetName asks the kernel to drop its cached directory entry of the

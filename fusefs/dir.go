@@ -414,9 +414,7 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	defer cancel()
 	meta := encodeAttr(newAttr(ctx, kindSymlink, 0o777), nil)
 	body := []byte(target)
-	info, err := d.fsys.createRetry(ctx, key, func(base fencing.Version) (objstore.ObjectInfo, error) {
-		return d.fsys.guard.Put(ctx, key, bytes.NewReader(body), int64(len(body)), base, meta)
-	})
+	info, err := d.fsys.create(ctx, key, bytes.NewReader(body), int64(len(body)), meta)
 	if err != nil {
 		return nil, d.fsys.mutationErrno(ctx, "symlink", key, err)
 	}

@@ -251,12 +251,10 @@ func (n *fileNode) commitStream(ctx context.Context, c *pendingCommit) (info obj
 		err = fmt.Errorf("%w: the metadata changed while writing", fencing.ErrStreamChanged)
 	}
 	if err == nil {
-		info, err = n.fsys.guard.CommitStream(ctx, u.st, parts, u.meta)
-		if err != nil && gone && c.replacing && isConflict(err) {
-			if cur, ok := n.fsys.replacementBase(ctx, c.key); ok {
-				u.st.Rebase(cur)
-				info, err = n.fsys.guard.CommitStream(ctx, u.st, parts, u.meta)
-			}
+		if gone && c.replacing {
+			info, err = n.fsys.guard.CommitReplacement(ctx, u.st, parts, u.meta)
+		} else {
+			info, err = n.fsys.guard.CommitStream(ctx, u.st, parts, u.meta)
 		}
 	}
 	switch {
