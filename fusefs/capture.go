@@ -114,7 +114,7 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 		// tree since).
 		key = n.supersededKey
 	}
-	if n.unlinked || n.dirty || n.pending || n.attrPending {
+	if n.unlinked || n.state.has(stDirty) || n.pending || n.attrPending {
 		n.mu.Unlock()
 		return nil, 0, false, nil
 	}
@@ -260,7 +260,7 @@ func (fsys *filesystem) retryOnOwnNode(ctx context.Context, key string, ch *fs.I
 	n.mu.Lock()
 	// A node already superseded gives way by itself; one with local
 	// changes keeps its name.
-	keep := n.superseded || n.unlinked || n.dirty || n.pending || n.attrPending
+	keep := n.superseded || n.unlinked || n.state.has(stDirty) || n.pending || n.attrPending
 	n.mu.Unlock()
 	if !keep {
 		fsys.log.Debug("an open refused as superseded is retried on a node of its own", "key", key)

@@ -101,9 +101,9 @@ func (n *fileNode) commitStagedLocked(ctx context.Context) (metaLeft bool, err e
 	n.info = info
 	n.fetched = time.Now()
 	n.pending = false
-	n.replacing = false
-	n.attrPending = c.metaLeft // else the commit stored n.attr
-	n.spent = n.holeHi > 0     // the bucket holds what the staging file lost
+	n.state.set(stReplacing, false)
+	n.attrPending = c.metaLeft         // else the commit stored n.attr
+	n.state.set(stSpent, n.holeHi > 0) // the bucket holds what the staging file lost
 	n.keepETag = info.ETag
 	if n.gen == c.gen {
 		n.setCleanLocked()
@@ -147,9 +147,9 @@ func (n *fileNode) resolveUnknownLocked(ctx context.Context) (done bool, err err
 	n.info = info
 	n.fetched = time.Now()
 	n.pending = false
-	n.replacing = false
+	n.state.set(stReplacing, false)
 	n.keepETag = info.ETag
-	n.spent = true // if parts of the staging file were released
+	n.state.set(stSpent, true) // if parts of the staging file were released
 	if n.gen != gen {
 		return false, nil // changed since: committed on top of what landed
 	}
@@ -173,11 +173,11 @@ func (n *fileNode) dropSpentStage() {
 func (n *fileNode) dropSpentStageLocked() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.spent {
+	if !n.state.has(stSpent) {
 		return
 	}
-	n.spent = false
-	if n.holeHi == 0 || n.stage == nil || n.dirty {
+	n.state.set(stSpent, false)
+	if n.holeHi == 0 || n.stage == nil || n.state.has(stDirty) {
 		return
 	}
 	n.stage.Close()
@@ -205,7 +205,7 @@ type pendingCommit struct {
 // LOCKS_REQUIRED(n.cmu read)
 func (n *fileNode) snapshotCommit() (*pendingCommit, error) {
 	n.mu.Lock()
-	if !n.dirty {
+	if !n.state.has(stDirty) {
 		n.mu.Unlock()
 		return nil, nil
 	}
@@ -220,7 +220,7 @@ func (n *fileNode) snapshotCommit() (*pendingCommit, error) {
 		n.mu.Unlock()
 		return nil, fmt.Errorf("commit %s: not stored: %w; the file keeps its stored version once every descriptor is closed", key, err)
 	}
-	c := &pendingCommit{key: key, gen: n.gen, size: n.size, pending: n.pending, replacing: n.replacing,
+	c := &pendingCommit{key: key, gen: n.gen, size: n.size, pending: n.pending, replacing: n.state.has(stReplacing),
 		base: n.baseLocked(), meta: encodeAttr(n.attr, contentMeta(n.info.Meta)), body: bytes.NewReader(nil)}
 	n.mu.Unlock()
 	if n.stage != nil {
@@ -295,7 +295,7 @@ func contentMeta(m map[string]string) map[string]string {
 // change (attrwb.go).
 func (n *fileNode) updateAttr(ctx context.Context, mutate func(*posixAttr) error) error {
 	n.mu.Lock()
-	local := n.dirty || n.pending || n.unlinked
+	local := n.state.has(stDirty) || n.pending || n.unlinked
 	n.mu.Unlock()
 	if local {
 		return n.updateMeta(ctx, mutate)
@@ -309,7 +309,7 @@ func (n *fileNode) updateMeta(ctx context.Context, mutate func(*posixAttr) error
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	n.mu.Lock()
-	if n.dirty || n.pending || n.unlinked {
+	if n.state.has(stDirty) || n.pending || n.unlinked {
 		a := n.attr.clone()
 		err := mutate(&a)
 		if err == nil {

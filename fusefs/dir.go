@@ -315,14 +315,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		n.setInfo(mergeInfo(info, key, 0, meta))
 		n.attr = a
 	} else {
-		n.mu.Lock()
-		n.pending = true
-		n.markDirtyLocked()
-		n.openChangeOnly = true
-		// O_CREAT|O_TRUNC replaces whatever is there: if an older epoch
-		// created the name unseen, the commit replaces it (replace.go).
-		n.replacing = flags&syscall.O_TRUNC != 0
-		n.mu.Unlock()
+		n.markCreated(flags&syscall.O_TRUNC != 0)
 	}
 	n.mu.Lock()
 	n.openCount = 1

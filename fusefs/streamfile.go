@@ -26,7 +26,7 @@ package fusefs
 //     started with, then the new metadata is stored by a self-copy, both
 //     before close returns (two commits instead of one).
 //   - A commit refused because an older epoch changed the object (a
-//     whole-file replacement, replace.go): the same upload is published on
+//     whole-file replacement, fencing/replace.go): the same upload is published on
 //     the current version.
 //   - A commit whose outcome is unknown (EIO): the upload is kept, and the
 //     next commit (a later close or fsync, or the last release) first asks
@@ -74,13 +74,14 @@ func (n *fileNode) streamWriteLocked(ctx context.Context, key string, off, end, 
 	n.mu.Lock()
 	u := n.up
 	if u != nil && u.touches(off, end) {
-		n.up, n.noStream = nil, true // nothing released: checkStreamWriteLocked let it through
+		n.up = nil
+		n.state.set(stNoStream, true) // nothing released: checkStreamWriteLocked let it through
 		n.mu.Unlock()
 		u.drop()
 		return
 	}
 	if u == nil {
-		appended := !n.noStream && !n.unlinked && off == prev && end == size
+		appended := !n.state.has(stNoStream) && !n.unlinked && off == prev && end == size
 		n.mu.Unlock()
 		if !appended {
 			return
@@ -115,7 +116,7 @@ func (n *fileNode) startStreamLocked(key string, size int64) *streamUpload {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.up != nil || n.noStream || n.unlinked {
+	if n.up != nil || n.state.has(stNoStream) || n.unlinked {
 		return nil
 	}
 	meta := streamMeta(encodeAttr(n.attr, contentMeta(n.info.Meta)))
@@ -139,7 +140,8 @@ func (n *fileNode) advanceLocked(ctx context.Context, u *streamUpload, size, lim
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.up == u {
-		n.up, n.noStream = nil, true
+		n.up = nil
+		n.state.set(stNoStream, true)
 	}
 	u.drop()
 	if n.holeHi > 0 {
