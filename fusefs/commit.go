@@ -102,8 +102,8 @@ func (n *fileNode) commitStagedLocked(ctx context.Context) (metaLeft bool, err e
 	n.fetched = time.Now()
 	n.pending = false
 	n.state.set(stReplacing, false)
-	n.attrPending = c.metaLeft         // else the commit stored n.attr
-	n.state.set(stSpent, n.holeHi > 0) // the bucket holds what the staging file lost
+	n.attrPending = c.metaLeft          // else the commit stored n.attr
+	n.state.set(stSpent, n.holes.any()) // the bucket holds what the staging file lost
 	n.keepETag = info.ETag
 	if n.gen == c.gen {
 		n.setCleanLocked()
@@ -177,7 +177,7 @@ func (n *fileNode) dropSpentStageLocked() {
 		return
 	}
 	n.state.set(stSpent, false)
-	if n.holeHi == 0 || n.stage == nil || n.state.has(stDirty) {
+	if !n.holes.any() || n.stage == nil || n.state.has(stDirty) {
 		return
 	}
 	n.stage.Close()
@@ -249,7 +249,7 @@ func (n *fileNode) store(ctx context.Context, c *pendingCommit) (objstore.Object
 	}
 	g := n.fsys.guard
 	switch {
-	case n.holeHi > 0:
+	case n.holes.any():
 		return objstore.ObjectInfo{}, fmt.Errorf("%w: nothing stored", errStreamLost)
 	case c.replacing: // c.base is absent when pending: a create
 		return existErr(g.Replace(ctx, c.key, c.body, c.size, c.base, c.meta))

@@ -30,6 +30,14 @@ import (
 // A node with open handles is never refreshed from the store: the version
 // seen at open stays pinned until the last close (close-to-open
 // consistency, as NFS).
+//
+// Locks, in the order they are taken (none is taken while one after it in
+// this list is held): openMu (opens), nodeBase.opMu (the node's
+// mutations: commits, metadata, unlink, rename; held across Guard calls),
+// cmu (the staging file and its holes), fileHandle.mu (a handle's reader),
+// nodeBase.mu (every field marked GUARDED_BY(mu), state included),
+// streamUpload.mu (an upload's parts). A …Locked method names the locks it
+// needs in its LOCKS_REQUIRED note.
 type fileNode struct {
 	fs.Inode
 	nodeBase
@@ -41,11 +49,9 @@ type fileNode struct {
 	// RLock to read it or to upload it (so a commit sees a stable body).
 	cmu   sync.RWMutex
 	stage *os.File // GUARDED_BY(cmu); nil while the content is only in the store
-	// released is how many bytes of the staging file were punched out
-	// once uploaded by the node's stream, and [holeLo, holeHi) the range
-	// they lie in (holeHi 0: the staging file holds the whole content;
-	// streamfile.go). GUARDED_BY(cmu)
-	released, holeLo, holeHi int64
+	// holes are the ranges of the staging file punched out once uploaded
+	// by the node's stream (file_holes.go, streamfile.go). GUARDED_BY(cmu)
+	holes holes
 
 	// GUARDED_BY(mu) (nodeBase.mu):
 	size     int64     // current size (of the staging file when there is one)
@@ -331,19 +337,6 @@ func (n *fileNode) markCreated(trunc bool) {
 	n.state.set(stReplacing, trunc)
 }
 
-// track adds n to the nodes Unmount must look at (dirty or staged).
-func (fsys *filesystem) track(n *fileNode) {
-	fsys.nodesMu.Lock()
-	fsys.staged[n] = struct{}{}
-	fsys.nodesMu.Unlock()
-}
-
-func (fsys *filesystem) untrack(n *fileNode) {
-	fsys.nodesMu.Lock()
-	delete(fsys.staged, n)
-	fsys.nodesMu.Unlock()
-}
-
 // baseLocked is the version the node's next commit is conditioned on: absent
 // for a file not yet created in the bucket, else the version it was read at.
 // LOCKS_REQUIRED(n.mu)
@@ -354,7 +347,8 @@ func (n *fileNode) baseLocked() fencing.Version {
 	return fencing.VersionOf(n.info)
 }
 
-// LOCKS_REQUIRED(n.mu)
+// setCleanLocked records that the node holds no change the bucket lacks
+// (committed, or dropped). LOCKS_REQUIRED(n.mu)
 func (n *fileNode) setCleanLocked() {
 	defer n.checkInvariantsLocked()
 	n.state.set(stNoStream, false)

@@ -364,6 +364,19 @@ func (fsys *filesystem) deleteObject(ctx context.Context, key string, base fenci
 	return fmt.Errorf("%w: %s changed since it was read (%v)", fencing.ErrStale, key, err)
 }
 
+// track adds n to the nodes Unmount must look at (dirty or staged).
+func (fsys *filesystem) track(n *fileNode) {
+	fsys.nodesMu.Lock()
+	fsys.staged[n] = struct{}{}
+	fsys.nodesMu.Unlock()
+}
+
+func (fsys *filesystem) untrack(n *fileNode) {
+	fsys.nodesMu.Lock()
+	delete(fsys.staged, n)
+	fsys.nodesMu.Unlock()
+}
+
 // newAttr returns the attributes of an object created now by caller.
 func newAttr(ctx context.Context, kind, perm uint32) posixAttr {
 	now := time.Now()

@@ -130,9 +130,9 @@ func (n *fileNode) startStreamLocked(key string, size int64) *streamUpload {
 func (n *fileNode) advanceLocked(ctx context.Context, u *streamUpload, size, limit int64) bool {
 	freed, err := u.advance(ctx, size, limit)
 	if freed > 0 {
-		n.released += freed
+		n.holes.bytes += freed
 		n.fsys.stagingBytes.Add(-freed)
-		n.holeLo, n.holeHi = u.hull()
+		n.holes.lo, n.holes.hi = u.hull()
 	}
 	if err == nil {
 		return freed > 0
@@ -144,7 +144,7 @@ func (n *fileNode) advanceLocked(ctx context.Context, u *streamUpload, size, lim
 		n.state.set(stNoStream, true)
 	}
 	u.drop()
-	if n.holeHi > 0 {
+	if n.holes.any() {
 		n.failLocked(fmt.Errorf("%w: %w", errStreamLost, err))
 	}
 	return freed > 0
@@ -183,7 +183,7 @@ func (n *fileNode) reclaimLocked(ctx context.Context, off, end, size int64) bool
 // longer make because a part of the file has left the local disk (the
 // rules above), and fails the file. LOCKS_REQUIRED(n.cmu write)
 func (n *fileNode) checkStreamChangeLocked(key string, off, end int64, truncate bool) error {
-	if n.holeHi == 0 || (truncate && off == 0) {
+	if !n.holes.any() || (truncate && off == 0) {
 		return nil
 	}
 	n.mu.Lock()
@@ -219,7 +219,7 @@ func (n *fileNode) checkStreamChangeLocked(key string, off, end int64, truncate 
 // checkStreamReadLocked refuses a read of [off, end) that reaches a range
 // released from the staging file. LOCKS_REQUIRED(n.cmu read)
 func (n *fileNode) checkStreamReadLocked(off, end int64) error {
-	if n.holeHi == 0 || end <= n.holeLo || off >= n.holeHi {
+	if !n.holes.overlaps(off, end) {
 		return nil
 	}
 	return fmt.Errorf("%w (a read at offset %d)", errNotSequential, off)
@@ -228,8 +228,8 @@ func (n *fileNode) checkStreamReadLocked(off, end int64) error {
 // resetStreamHolesLocked forgets the released ranges of a staging file that
 // was truncated to 0 or dropped. LOCKS_REQUIRED(n.cmu write)
 func (n *fileNode) resetStreamHolesLocked() {
-	n.fsys.stagingBytes.Add(n.released)
-	n.released, n.holeLo, n.holeHi = 0, 0, 0
+	n.fsys.stagingBytes.Add(n.holes.bytes)
+	n.holes = holes{}
 }
 
 // commitStream tries to commit c through the node's stream. It reports
@@ -246,7 +246,7 @@ func (n *fileNode) commitStream(ctx context.Context, c *pendingCommit) (info obj
 	if u == nil {
 		return objstore.ObjectInfo{}, false, nil
 	}
-	gone := n.holeHi > 0
+	gone := n.holes.any()
 	parts, err := u.finish(ctx, c.size)
 	metaChanged := err == nil && !maps.Equal(streamMeta(c.meta), u.meta)
 	if err == nil && metaChanged && !gone {
