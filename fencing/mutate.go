@@ -370,15 +370,11 @@ func (g *Guard) resolveFailed(ctx context.Context, m *mutation, cur objstore.Obj
 		g.tombs.committed(m)
 		return cur, nil, nil
 	case outcomeFenced:
-		s := stampOf(cur.Meta)
-		reason := fmt.Sprintf("key %s was written by epoch %d (%s), newer than our token %d", m.key, s.Epoch, holderName(s.Holder), m.ts.token)
 		g.met.outcome(m.op, "fenced")
 		if m.ts.mode != ModeOff {
-			g.latchFenced(m.ts.token, m.ts.claim, reason)
-			g.met.refused(m.op)
-			return objstore.ObjectInfo{}, nil, fencedErr(m.op, m.key, reason)
+			return objstore.ObjectInfo{}, nil, g.refuseNewer(m.ts, m.op, m.key, cur.Meta)
 		}
-		return objstore.ObjectInfo{}, nil, staleErr(m.op, m.key, reason)
+		return objstore.ObjectInfo{}, nil, staleErr(m.op, m.key, newerReason(m.key, cur.Meta, m.ts.token))
 	case outcomeRetryOverTombstone, outcomeRetryOverSweep:
 		v := VersionOf(cur)
 		return objstore.ObjectInfo{}, &v, nil
@@ -444,16 +440,29 @@ func (g *Guard) staleOrFenced(ctx context.Context, ts tokenState, op string, key
 	if ts.mode == ModeOff {
 		return staleErr(op, key, reason)
 	}
-	if s := stampOf(cur.Meta); s.Epoch > ts.token {
-		r := fmt.Sprintf("key %s was written by epoch %d (%s), newer than our token %d", key, s.Epoch, holderName(s.Holder), ts.token)
-		g.latchFenced(ts.token, ts.claim, r)
-		g.met.refused(op)
-		return fencedErr(op, key, r)
+	if stampOf(cur.Meta).Epoch > ts.token {
+		return g.refuseNewer(ts, op, key, cur.Meta)
 	}
 	if err := g.validate(ctx, ts, op, key); err != nil {
 		return err
 	}
 	return staleErr(op, key, reason)
+}
+
+// refuseNewer latches the Guard fenced because key carries meta, stamped
+// by an epoch newer than ts's token, and returns op's ErrFenced.
+func (g *Guard) refuseNewer(ts tokenState, op, key string, meta map[string]string) error {
+	reason := newerReason(key, meta, ts.token)
+	g.latchFenced(ts.token, ts.claim, reason)
+	g.met.refused(op)
+	return fencedErr(op, key, reason)
+}
+
+// newerReason says that key carries meta, stamped by an epoch newer than
+// token.
+func newerReason(key string, meta map[string]string, token uint64) string {
+	s := stampOf(meta)
+	return fmt.Sprintf("key %s was written by epoch %d (%s), newer than our token %d", key, s.Epoch, holderName(s.Holder), token)
 }
 
 // stamped returns the metadata to store: the caller's, minus keys Guard

@@ -63,6 +63,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -114,7 +115,7 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 		// tree since).
 		key = n.supersededKey
 	}
-	if n.unlinked || n.dirty || n.pending || n.attrPending {
+	if n.unlinked || n.state.has(stDirty) || n.pending || n.attrPending {
 		n.mu.Unlock()
 		return nil, 0, false, nil
 	}
@@ -143,18 +144,29 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 	case cached:
 		opts.IfNoneMatch = pinned
 	}
-	// The GET outlives the open (it serves the reads until release): its
-	// context is the stream's, cancelled by the open's only while waiting
-	// for the answer. It is part of the open's operation, so that while
-	// the storage is known down it fails as fast as any call.
-	sctx, sstop := context.WithCancel(n.fsys.ctx)
+	body, info, sctx, sstop, err := n.captureGet(ctx, key, opts)
+	if err != nil {
+		return n.openUncaptured(ctx, key, others, err)
+	}
+	h, fuseFlags = n.adoptCaptured(key, others, info, body, sctx, sstop)
+	return h, fuseFlags, true, nil
+}
+
+// captureGet sends the GET of an open that captures its version. The GET
+// outlives the open (it serves the reads until release): its context sctx
+// is the stream's (sstop ends it), cancelled by the open's only while
+// waiting for the answer. It is part of the open's operation, so that while
+// the storage is known down it fails as fast as any call. On an error
+// sctx is stopped and there is no body.
+func (n *fileNode) captureGet(ctx context.Context, key string, opts objstore.GetOptions) (body io.ReadCloser, info objstore.ObjectInfo, sctx context.Context, sstop context.CancelFunc, err error) {
+	sctx, sstop = context.WithCancel(n.fsys.ctx)
 	start, ok := objstore.OperationStart(ctx)
 	if !ok {
 		start = time.Now()
 	}
 	sctx = objstore.WithOperationSince(sctx, start)
 	unwatch := context.AfterFunc(ctx, sstop)
-	body, info, err := n.fsys.store.Get(sctx, key, opts)
+	body, info, err = n.fsys.store.Get(sctx, key, opts)
 	if !unwatch() && err == nil {
 		body.Close()
 		err = ctx.Err()
@@ -163,17 +175,26 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 		body.Close()
 		err = fmt.Errorf("%w: %s is a tombstone", objstore.ErrNotFound, key)
 	}
-	switch {
-	case err == nil:
-	case errors.Is(err, objstore.ErrNotModified):
+	if err != nil {
 		sstop()
+		return nil, objstore.ObjectInfo{}, nil, nil, err
+	}
+	return body, info, sctx, sstop, nil
+}
+
+// openUncaptured decides an open whose GET brought no body (err): the
+// kernel's pages are current (not modified), the version is gone, or the
+// store failed (handled=false: the caller opens lazily, unless the node's
+// version is stale). LOCKS_REQUIRED(n.openMu)
+func (n *fileNode) openUncaptured(ctx context.Context, key string, others bool, err error) (*fileHandle, uint32, bool, error) {
+	switch {
+	case errors.Is(err, objstore.ErrNotModified):
 		n.mu.Lock()
 		n.fetched = time.Now()
 		n.openCount++
 		n.mu.Unlock()
 		return &fileHandle{node: n, keepCache: true, key: key}, fuse.FOPEN_KEEP_CACHE, true, nil
 	case errors.Is(err, objstore.ErrPrecondition) || errors.Is(err, objstore.ErrNotFound):
-		sstop()
 		if !others {
 			// Deleted elsewhere: ESTALE makes the kernel look again.
 			n.markUnlinked()
@@ -182,20 +203,23 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 		n.supersede(key)
 		n.fsys.refused.note(ctx, key)
 		return nil, 0, true, fmt.Errorf("open %s: %w", key, errSuperseded)
-	default:
-		sstop()
-		n.mu.Lock()
-		stale := n.staleLocked()
-		n.mu.Unlock()
-		if stale {
-			// Opening lazily would ask the store again (a HEAD) and wait
-			// as long for the same outage: this open fails now.
-			return nil, 0, true, err
-		}
-		n.fsys.log.Debug("open could not capture the version; reading it lazily", "key", key, "err", err)
-		return nil, 0, false, nil
 	}
+	n.mu.Lock()
+	stale := n.staleLocked()
+	n.mu.Unlock()
+	if stale {
+		// Opening lazily would ask the store again (a HEAD) and wait
+		// as long for the same outage: this open fails now.
+		return nil, 0, true, err
+	}
+	n.fsys.log.Debug("open could not capture the version; reading it lazily", "key", key, "err", err)
+	return nil, 0, false, nil
+}
 
+// adoptCaptured opens the handle that reads the captured version info from
+// body (its GET's context sctx, ended by sstop). With no other handle open
+// the node takes that version. LOCKS_REQUIRED(n.openMu)
+func (n *fileNode) adoptCaptured(key string, others bool, info objstore.ObjectInfo, body io.ReadCloser, sctx context.Context, sstop context.CancelFunc) (*fileHandle, uint32) {
 	n.mu.Lock()
 	changed := n.info.ETag != info.ETag
 	keep := n.keepETag == info.ETag
@@ -211,13 +235,14 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 		// its cached attributes (no page is locked by this).
 		n.NotifyContent(-1, 0)
 	}
-	h = &fileHandle{node: n, keepCache: keep, key: key, rd: newReader(n.fsys, info.ETag, info.Size)}
+	h := &fileHandle{node: n, keepCache: keep, key: key, rd: newReader(n.fsys, info.ETag, info.Size)}
 	n.fsys.capturedGets.Add(1) // until the stream's producer returns
 	h.rd.adopt(key, body, sctx, sstop)
+	var fuseFlags uint32
 	if keep {
 		fuseFlags = fuse.FOPEN_KEEP_CACHE
 	}
-	return h, fuseFlags, true, nil
+	return h, fuseFlags
 }
 
 // supersede marks the node as holding a version that is gone while
@@ -260,7 +285,7 @@ func (fsys *filesystem) retryOnOwnNode(ctx context.Context, key string, ch *fs.I
 	n.mu.Lock()
 	// A node already superseded gives way by itself; one with local
 	// changes keeps its name.
-	keep := n.superseded || n.unlinked || n.dirty || n.pending || n.attrPending
+	keep := n.superseded || n.unlinked || n.state.has(stDirty) || n.pending || n.attrPending
 	n.mu.Unlock()
 	if !keep {
 		fsys.log.Debug("an open refused as superseded is retried on a node of its own", "key", key)

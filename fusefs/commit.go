@@ -101,9 +101,9 @@ func (n *fileNode) commitStagedLocked(ctx context.Context) (metaLeft bool, err e
 	n.info = info
 	n.fetched = time.Now()
 	n.pending = false
-	n.replacing = false
-	n.attrPending = c.metaLeft // else the commit stored n.attr
-	n.spent = n.holeHi > 0     // the bucket holds what the staging file lost
+	n.state.set(stReplacing, false)
+	n.attrPending = c.metaLeft          // else the commit stored n.attr
+	n.state.set(stSpent, n.holes.any()) // the bucket holds what the staging file lost
 	n.keepETag = info.ETag
 	if n.gen == c.gen {
 		n.setCleanLocked()
@@ -147,9 +147,9 @@ func (n *fileNode) resolveUnknownLocked(ctx context.Context) (done bool, err err
 	n.info = info
 	n.fetched = time.Now()
 	n.pending = false
-	n.replacing = false
+	n.state.set(stReplacing, false)
 	n.keepETag = info.ETag
-	n.spent = true // if parts of the staging file were released
+	n.state.set(stSpent, true) // if parts of the staging file were released
 	if n.gen != gen {
 		return false, nil // changed since: committed on top of what landed
 	}
@@ -173,11 +173,11 @@ func (n *fileNode) dropSpentStage() {
 func (n *fileNode) dropSpentStageLocked() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.spent {
+	if !n.state.has(stSpent) {
 		return
 	}
-	n.spent = false
-	if n.holeHi == 0 || n.stage == nil || n.dirty {
+	n.state.set(stSpent, false)
+	if !n.holes.any() || n.stage == nil || n.state.has(stDirty) {
 		return
 	}
 	n.stage.Close()
@@ -205,7 +205,7 @@ type pendingCommit struct {
 // LOCKS_REQUIRED(n.cmu read)
 func (n *fileNode) snapshotCommit() (*pendingCommit, error) {
 	n.mu.Lock()
-	if !n.dirty {
+	if !n.state.has(stDirty) {
 		n.mu.Unlock()
 		return nil, nil
 	}
@@ -220,7 +220,7 @@ func (n *fileNode) snapshotCommit() (*pendingCommit, error) {
 		n.mu.Unlock()
 		return nil, fmt.Errorf("commit %s: not stored: %w; the file keeps its stored version once every descriptor is closed", key, err)
 	}
-	c := &pendingCommit{key: key, gen: n.gen, size: n.size, pending: n.pending, replacing: n.replacing,
+	c := &pendingCommit{key: key, gen: n.gen, size: n.size, pending: n.pending, replacing: n.state.has(stReplacing),
 		base: n.baseLocked(), meta: encodeAttr(n.attr, contentMeta(n.info.Meta)), body: bytes.NewReader(nil)}
 	n.mu.Unlock()
 	if n.stage != nil {
@@ -233,38 +233,30 @@ func (n *fileNode) snapshotCommit() (*pendingCommit, error) {
 
 // store writes c through the Guard: through the node's stream when one is
 // in progress, else as a create (pending) or a Put on the base; a
-// whole-file replacement refused because an older epoch changed the object
-// is retried on the current version (replace.go). c.meta becomes what was
-// stored. A staging file with released ranges is never Put.
+// whole-file replacement is the Guard's Replace, which may move it to the
+// current version (fencing/replace.go). c.meta becomes what was stored. A
+// staging file with released ranges is never Put.
 // LOCKS_REQUIRED(n.opMu, n.cmu read)
 func (n *fileNode) store(ctx context.Context, c *pendingCommit) (objstore.ObjectInfo, error) {
-	put := func(base fencing.Version) (objstore.ObjectInfo, error) {
-		return n.fsys.guard.Put(ctx, c.key, c.body, c.size, base, c.meta)
-	}
-	var info objstore.ObjectInfo
-	var err error
-	streamed := false
 	if n.stage != nil && c.size > 0 {
-		info, streamed, err = n.commitStream(ctx, c)
+		info, streamed, err := n.commitStream(ctx, c)
 		if streamed && c.pending && errors.Is(err, fencing.ErrStale) {
 			err = fmt.Errorf("%w: %s was created concurrently (%v)", errExist, c.key, err)
 		}
-	}
-	switch {
-	case streamed:
-	case n.holeHi > 0:
-		return objstore.ObjectInfo{}, fmt.Errorf("%w: nothing stored", errStreamLost)
-	case c.pending:
-		info, err = n.fsys.createRetry(ctx, c.key, put)
-	default:
-		info, err = put(c.base)
-	}
-	if err != nil && !streamed && c.replacing && (isConflict(err) || errors.Is(err, errExist)) {
-		if cur, ok := n.fsys.replacementBase(ctx, c.key); ok {
-			info, err = put(cur)
+		if streamed {
+			return info, err
 		}
 	}
-	return info, err
+	g := n.fsys.guard
+	switch {
+	case n.holes.any():
+		return objstore.ObjectInfo{}, fmt.Errorf("%w: nothing stored", errStreamLost)
+	case c.replacing: // c.base is absent when pending: a create
+		return existErr(g.Replace(ctx, c.key, c.body, c.size, c.base, c.meta))
+	case c.pending:
+		return n.fsys.create(ctx, c.key, c.body, c.size, c.meta)
+	}
+	return g.Put(ctx, c.key, c.body, c.size, c.base, c.meta)
 }
 
 // forgetName asks the kernel to drop its cached directory entry of the
@@ -303,7 +295,7 @@ func contentMeta(m map[string]string) map[string]string {
 // change (attrwb.go).
 func (n *fileNode) updateAttr(ctx context.Context, mutate func(*posixAttr) error) error {
 	n.mu.Lock()
-	local := n.dirty || n.pending || n.unlinked
+	local := n.state.has(stDirty) || n.pending || n.unlinked
 	n.mu.Unlock()
 	if local {
 		return n.updateMeta(ctx, mutate)
@@ -317,7 +309,7 @@ func (n *fileNode) updateMeta(ctx context.Context, mutate func(*posixAttr) error
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	n.mu.Lock()
-	if n.dirty || n.pending || n.unlinked {
+	if n.state.has(stDirty) || n.pending || n.unlinked {
 		a := n.attr.clone()
 		err := mutate(&a)
 		if err == nil {

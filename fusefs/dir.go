@@ -302,14 +302,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		n.setInfo(mergeInfo(info, key, 0, meta))
 		n.attr = a
 	} else {
-		n.mu.Lock()
-		n.pending = true
-		n.markDirtyLocked()
-		n.openChangeOnly = true
-		// O_CREAT|O_TRUNC replaces whatever is there: if an older epoch
-		// created the name unseen, the commit replaces it (replace.go).
-		n.replacing = flags&syscall.O_TRUNC != 0
-		n.mu.Unlock()
+		n.markCreated(flags&syscall.O_TRUNC != 0)
 	}
 	n.mu.Lock()
 	n.openCount = 1
@@ -376,9 +369,7 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	return d.makeChild(ctx, "symlink", name, "", valid, func(ctx context.Context, key string) (node, error) {
 		meta := encodeAttr(newAttr(ctx, kindSymlink, 0o777), nil)
 		body := []byte(target)
-		info, err := d.fsys.createRetry(ctx, key, func(base fencing.Version) (objstore.ObjectInfo, error) {
-			return d.fsys.guard.Put(ctx, key, bytes.NewReader(body), int64(len(body)), base, meta)
-		})
+		info, err := d.fsys.create(ctx, key, bytes.NewReader(body), int64(len(body)), meta)
 		if err != nil {
 			return nil, err
 		}

@@ -30,6 +30,14 @@ import (
 // A node with open handles is never refreshed from the store: the version
 // seen at open stays pinned until the last close (close-to-open
 // consistency, as NFS).
+//
+// Locks, in the order they are taken (none is taken while one after it in
+// this list is held): openMu (opens), nodeBase.opMu (the node's
+// mutations: commits, metadata, unlink, rename; held across Guard calls),
+// cmu (the staging file and its holes), fileHandle.mu (a handle's reader),
+// nodeBase.mu (every field marked GUARDED_BY(mu), state included),
+// streamUpload.mu (an upload's parts). A …Locked method names the locks it
+// needs in its LOCKS_REQUIRED note.
 type fileNode struct {
 	fs.Inode
 	nodeBase
@@ -41,18 +49,16 @@ type fileNode struct {
 	// RLock to read it or to upload it (so a commit sees a stable body).
 	cmu   sync.RWMutex
 	stage *os.File // GUARDED_BY(cmu); nil while the content is only in the store
-	// released is how many bytes of the staging file were punched out
-	// once uploaded by the node's stream, and [holeLo, holeHi) the range
-	// they lie in (holeHi 0: the staging file holds the whole content;
-	// streamfile.go). GUARDED_BY(cmu)
-	released, holeLo, holeHi int64
+	// holes are the ranges of the staging file punched out once uploaded
+	// by the node's stream (file_holes.go, streamfile.go). GUARDED_BY(cmu)
+	holes holes
 
 	// GUARDED_BY(mu) (nodeBase.mu):
-	size     int64  // current size (of the staging file when there is one)
-	pending  bool   // created by this mount and never committed: no object yet
-	dirty    bool   // local changes (content or metadata) not committed
-	gen      uint64 // bumped by every local change; a commit clears dirty only if unchanged
-	unlinked bool   // unlinked or replaced: commits are dropped
+	size     int64     // current size (of the staging file when there is one)
+	pending  bool      // created by this mount and never committed: no object yet
+	state    fileState // dirty, and how the next commit may be made (file_state.go)
+	gen      uint64    // bumped by every local change; a commit clears dirty only if unchanged
+	unlinked bool      // unlinked or replaced: commits are dropped
 	// superseded: the version open handles read was replaced in the
 	// bucket by another writer, or a retried open needed a node of its
 	// own; the name moves to a new node (capture.go).
@@ -63,10 +69,6 @@ type fileNode struct {
 	openCount     int
 	keepETag      string        // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
 	up            *streamUpload // the staged content's upload in progress (stream.go); nil if none
-	noStream      bool          // a stream was dropped: none until the next commit
-	// spent: the staging file had parts released and its content is now
-	// committed: it is dropped before anything uses it again (commit.go).
-	spent bool
 	// unknownWID is the write id of the last commit whose outcome was
 	// unknown (it may have landed), unknownGen the gen it stored: the next
 	// commit asks the bucket first (commit.go).
@@ -80,17 +82,8 @@ type fileNode struct {
 	// file shows the store's version again), or a truncate to 0 makes the
 	// content whole again.
 	stageErr error
-	// openChangeOnly: the only uncommitted change is what an open made (a
-	// new empty file, or an O_TRUNC to 0), with nothing written since. A
-	// handle's first FLUSH then commits nothing (see fileHandle.Flush).
-	openChangeOnly bool
-	// replacing: the staged content was written from empty (O_TRUNC or a
-	// truncate to 0) and uses nothing of the base version, so a commit
-	// refused because an older epoch changed the object may be retried on
-	// the current version (replace.go).
-	replacing bool
 	// dirtySince is when the node became dirty (Unix nanoseconds; 0 while
-	// clean), set with dirty; atomic so the dirty-age gauge reads it
+	// clean), set with stDirty; atomic so the dirty-age gauge reads it
 	// without n.mu.
 	dirtySince atomic.Int64
 }
@@ -109,7 +102,7 @@ func newFileNode(fsys *filesystem, info objstore.ObjectInfo) *fileNode {
 // have, or must not be refreshed because handles pin its version.
 // LOCKS_REQUIRED(n.mu)
 func (n *fileNode) localStateLocked() bool {
-	return n.openCount > 0 || n.pending || n.dirty || n.unlinked
+	return n.openCount > 0 || n.pending || n.state.has(stDirty) || n.unlinked
 }
 
 // refresh re-reads the object when the cached version is older than
@@ -140,18 +133,6 @@ func (n *fileNode) refresh(ctx context.Context) error {
 	n.setInfoLocked(info)
 	n.size = info.Size
 	return nil
-}
-
-// update takes a version found by a lookup, unless local state pins the
-// node.
-func (n *fileNode) update(info objstore.ObjectInfo) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.localStateLocked() {
-		return
-	}
-	n.setInfoLocked(info)
-	n.size = info.Size
 }
 
 func (n *fileNode) fillAttr(out *fuse.Attr) {
@@ -286,7 +267,7 @@ func (n *fileNode) ensureStageLocked(ctx context.Context, truncateTo int64) erro
 	n.stage = f
 	if !pending && truncateTo == 0 {
 		n.mu.Lock()
-		n.replacing = true
+		n.state.set(stReplacing, true)
 		n.mu.Unlock()
 	}
 	n.fsys.stagingBytes.Add(size)
@@ -321,27 +302,27 @@ func (n *fileNode) download(ctx context.Context, f *os.File, etag string, size i
 func (n *fileNode) markDirtyLocked() {
 	defer n.checkInvariantsLocked()
 	n.gen++
-	n.openChangeOnly = false
-	if n.dirty {
+	n.state.set(stOpenChangeOnly, false)
+	if n.state.has(stDirty) {
 		return
 	}
-	n.dirty = true
+	n.state.set(stDirty, true)
 	n.dirtySince.Store(time.Now().UnixNano())
 	n.fsys.dirtyFiles.Add(1)
 	n.fsys.track(n)
 }
 
-// track adds n to the nodes Unmount must look at (dirty or staged).
-func (fsys *filesystem) track(n *fileNode) {
-	fsys.nodesMu.Lock()
-	fsys.staged[n] = struct{}{}
-	fsys.nodesMu.Unlock()
-}
-
-func (fsys *filesystem) untrack(n *fileNode) {
-	fsys.nodesMu.Lock()
-	delete(fsys.staged, n)
-	fsys.nodesMu.Unlock()
+// markCreated records a file created by this mount and not yet in the
+// bucket: its open is its only change. O_CREAT|O_TRUNC (trunc) replaces
+// whatever is there: if an older epoch created the name unseen, the commit
+// replaces it (fencing.Guard.Replace).
+func (n *fileNode) markCreated(trunc bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.pending = true
+	n.markDirtyLocked()
+	n.state.set(stOpenChangeOnly, true)
+	n.state.set(stReplacing, trunc)
 }
 
 // baseLocked is the version the node's next commit is conditioned on: absent
@@ -354,14 +335,15 @@ func (n *fileNode) baseLocked() fencing.Version {
 	return fencing.VersionOf(n.info)
 }
 
-// LOCKS_REQUIRED(n.mu)
+// setCleanLocked records that the node holds no change the bucket lacks
+// (committed, or dropped). LOCKS_REQUIRED(n.mu)
 func (n *fileNode) setCleanLocked() {
 	defer n.checkInvariantsLocked()
-	n.noStream = false
-	n.openChangeOnly = false
+	n.state.set(stNoStream, false)
+	n.state.set(stOpenChangeOnly, false)
 	n.stageErr = nil
-	if n.dirty {
-		n.dirty = false
+	if n.state.has(stDirty) {
+		n.state.set(stDirty, false)
 		n.dirtySince.Store(0)
 		n.fsys.dirtyFiles.Add(-1)
 	}
@@ -450,7 +432,7 @@ func (n *fileNode) truncate(ctx context.Context, size int64) error {
 }
 
 // truncateAt is truncate; atOpen says it is an open's O_TRUNC, which is an
-// open-time change (openChangeOnly) when nothing else was uncommitted.
+// open-time change (stOpenChangeOnly) when nothing else was uncommitted.
 func (n *fileNode) truncateAt(ctx context.Context, size int64, atOpen bool) error {
 	if err := n.fsys.checkWritable("truncate"); err != nil {
 		return err
@@ -477,20 +459,20 @@ func (n *fileNode) truncateAt(ctx context.Context, size int64, atOpen bool) erro
 	n.mu.Lock()
 	if size == 0 {
 		n.stageErr = nil // nothing of the failed content is left
-		n.replacing = !n.pending
+		n.state.set(stReplacing, !n.pending)
 	}
 	if n.up != nil && n.up.below(size) {
 		n.up.drop()
 		n.up = nil
-		n.noStream = true
+		n.state.set(stNoStream, true)
 	}
 	n.fsys.stagingBytes.Add(size - n.size)
 	n.size = size
 	now := time.Now()
 	n.attr.Mtime, n.attr.Ctime = now, now
-	wasDirty := n.dirty
+	wasDirty := n.state.has(stDirty)
 	n.markDirtyLocked()
-	n.openChangeOnly = atOpen && !wasDirty
+	n.state.set(stOpenChangeOnly, atOpen && !wasDirty)
 	n.mu.Unlock()
 	return nil
 }
@@ -503,7 +485,7 @@ func (n *fileNode) releaseHandle(h *fileHandle) {
 	n.mu.Lock()
 	n.openCount--
 	last := n.openCount == 0
-	dirty := n.dirty && !n.unlinked
+	dirty := n.state.has(stDirty) && !n.unlinked
 	n.mu.Unlock()
 	if !last {
 		return
@@ -539,7 +521,7 @@ func (n *fileNode) dropStage() {
 	if n.openCount > 0 {
 		return
 	}
-	if n.dirty && !n.unlinked {
+	if n.state.has(stDirty) && !n.unlinked {
 		// Failed commit: the data is lost (logged by the caller). Show
 		// the store's version again; a file that was never committed
 		// does not exist.
@@ -551,7 +533,7 @@ func (n *fileNode) dropStage() {
 			forget = true
 		}
 	}
-	n.replacing = false
+	n.state.set(stReplacing, false)
 	n.setCleanLocked()
 	if n.up != nil {
 		n.up.drop()
@@ -563,7 +545,8 @@ func (n *fileNode) dropStage() {
 		n.resetStreamHolesLocked()
 		n.fsys.stagingBytes.Add(-n.size)
 	}
-	n.unknownWID, n.spent = "", false
+	n.unknownWID = ""
+	n.state.set(stSpent, false)
 	n.fsys.untrack(n)
 	if !n.pending && !n.unlinked {
 		n.size = n.info.Size

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -324,32 +325,24 @@ func (fsys *filesystem) notTombstone(ctx context.Context, e objstore.Entry) (boo
 	return !fencing.IsTombstone(info), nil
 }
 
-// createRetry runs a create (do with the zero base: "must not exist"). When
-// the key turns out to hold a tombstone, the create is retried once on top of
-// it; when it holds a live object the result is errExist.
-func (fsys *filesystem) createRetry(ctx context.Context, key string, do func(base fencing.Version) (objstore.ObjectInfo, error)) (objstore.ObjectInfo, error) {
-	info, err := do(fencing.Version{})
-	if err == nil || !isConflict(err) {
-		return info, err
-	}
-	cur, serr := fsys.store.Stat(ctx, key)
-	switch {
-	case errors.Is(serr, objstore.ErrNotFound):
-		return info, err
-	case serr != nil:
-		return info, serr
-	case !fencing.IsTombstone(cur):
-		return info, fmt.Errorf("%w: %s was created concurrently (%v)", errExist, key, err)
-	}
-	return do(fencing.Version{ETag: cur.ETag, Tombstone: true})
+// create writes key as a new object through the Guard (which creates over
+// a tombstone); a live object there is errExist.
+func (fsys *filesystem) create(ctx context.Context, key string, body io.ReaderAt, size int64, meta map[string]string) (objstore.ObjectInfo, error) {
+	return existErr(fsys.guard.Create(ctx, key, body, size, meta))
 }
 
-// putEmpty writes an empty object (directory marker, empty file) through the
-// Guard as a create.
+// existErr makes a create's fencing.ErrExist errExist.
+func existErr(info objstore.ObjectInfo, err error) (objstore.ObjectInfo, error) {
+	if errors.Is(err, fencing.ErrExist) {
+		err = fmt.Errorf("%w: %w", errExist, err)
+	}
+	return info, err
+}
+
+// createEmpty writes an empty object (directory marker, empty file) through
+// the Guard as a create.
 func (fsys *filesystem) createEmpty(ctx context.Context, key string, meta map[string]string) (objstore.ObjectInfo, error) {
-	return fsys.createRetry(ctx, key, func(base fencing.Version) (objstore.ObjectInfo, error) {
-		return fsys.guard.Put(ctx, key, bytes.NewReader(nil), 0, base, meta)
-	})
+	return fsys.create(ctx, key, bytes.NewReader(nil), 0, meta)
 }
 
 // deleteObject deletes key at version base (fencing.VersionOf of what the
@@ -369,6 +362,19 @@ func (fsys *filesystem) deleteObject(ctx context.Context, key string, base fenci
 		return serr
 	}
 	return fmt.Errorf("%w: %s changed since it was read (%v)", fencing.ErrStale, key, err)
+}
+
+// track adds n to the nodes Unmount must look at (dirty or staged).
+func (fsys *filesystem) track(n *fileNode) {
+	fsys.nodesMu.Lock()
+	fsys.staged[n] = struct{}{}
+	fsys.nodesMu.Unlock()
+}
+
+func (fsys *filesystem) untrack(n *fileNode) {
+	fsys.nodesMu.Lock()
+	delete(fsys.staged, n)
+	fsys.nodesMu.Unlock()
 }
 
 // newAttr returns the attributes of an object created now by caller.

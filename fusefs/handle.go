@@ -65,7 +65,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	n := h.node
 	n.cmu.RLock()
 	n.mu.Lock()
-	spent := n.spent // the bucket has the content (commit.go)
+	spent := n.state.has(stSpent) // the bucket has the content (commit.go)
 	n.mu.Unlock()
 	if n.stage != nil && !spent {
 		defer n.cmu.RUnlock()
@@ -114,7 +114,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		// The version is gone: the next open asks the store again
 		// instead of trusting the cache until MetaCacheTTL.
 		n.mu.Lock()
-		if !n.dirty && !n.pending {
+		if !n.state.has(stDirty) && !n.pending {
 			n.fetched, n.keepETag = time.Time{}, ""
 		}
 		n.mu.Unlock()
@@ -187,7 +187,7 @@ var _ = (fs.FileFlusher)((*fileHandle)(nil))
 func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	n := h.node
 	n.mu.Lock()
-	openOnly := n.dirty && n.openChangeOnly
+	openOnly := n.state.has(stDirty) && n.state.has(stOpenChangeOnly)
 	n.mu.Unlock()
 	if caller, ok := fuse.FromContext(ctx); ok && openOnly && n.fsys.stillOpenIn(caller.Pid, n.StableAttr().Ino) {
 		return 0

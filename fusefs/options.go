@@ -30,7 +30,10 @@ type Guard interface {
 	Reserve(ctx context.Context, intents ...fencing.Intent) (release func())
 	StartStream(ctx context.Context, key string, base fencing.Version, meta fencing.Meta) (*fencing.Stream, error)
 	CommitStream(ctx context.Context, s *fencing.Stream, parts []objstore.Part, meta fencing.Meta) (objstore.ObjectInfo, error)
+	CommitReplacement(ctx context.Context, s *fencing.Stream, parts []objstore.Part, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Put(ctx context.Context, key string, body io.ReaderAt, size int64, base fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
+	Create(ctx context.Context, key string, body io.ReaderAt, size int64, meta fencing.Meta) (objstore.ObjectInfo, error)
+	Replace(ctx context.Context, key string, body io.ReaderAt, size int64, base fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Copy(ctx context.Context, src, srcETag, dst string, dstBase fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Delete(ctx context.Context, key string, base fencing.Version) error
 	Landed(ctx context.Context, key, wid string) (objstore.ObjectInfo, bool, error)

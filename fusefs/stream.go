@@ -88,12 +88,10 @@ type streamUpload struct {
 	slots    []partSlot      // GUARDED_BY(mu): where each part's bytes are, by part number - 1
 	sending  int             // GUARDED_BY(mu): parts in flight
 	relFrom  int             // GUARDED_BY(mu): slots below it are released (or the first, held)
-	holeLo   int64           // GUARDED_BY(mu): [holeLo, holeHi) holds every released part
-	holeHi   int64           // GUARDED_BY(mu)
+	rel      holes           // GUARDED_BY(mu): the released parts (file_holes.go)
 	failed   error           // GUARDED_BY(mu): first part failure
 	dropped  bool            // GUARDED_BY(mu)
 	sealed   bool            // GUARDED_BY(mu): finish sent the tail: the content is final
-	released int64           // GUARDED_BY(mu): bytes punched out of the staging file
 	wake     chan struct{}   // GUARDED_BY(mu): closed (and replaced) when a part finishes
 	inflight sync.WaitGroup  // part uploads
 }
@@ -202,7 +200,7 @@ func (u *streamUpload) advance(ctx context.Context, size, limit int64) (freed in
 		if u.dropped || u.fsys.noPunch.Load() {
 			return freed, nil
 		}
-		for i := u.relFrom; i < len(u.slots) && size-u.released > limit; i++ {
+		for i := u.relFrom; i < len(u.slots) && size-u.rel.bytes > limit; i++ {
 			if u.slots[i].state != partSent {
 				continue
 			}
@@ -214,7 +212,7 @@ func (u *streamUpload) advance(ctx context.Context, size, limit int64) (freed in
 		for u.relFrom < len(u.slots) && u.slots[u.relFrom].state == partReleased {
 			u.relFrom++
 		}
-		if size-u.released <= limit || u.sending == 0 {
+		if size-u.rel.bytes <= limit || u.sending == 0 {
 			return freed, nil
 		}
 		wake := u.wake
@@ -255,11 +253,7 @@ func (u *streamUpload) releaseLocked(i int) error {
 		return err
 	}
 	sl.state = partReleased
-	u.released += sl.n
-	if u.holeHi == 0 || sl.off < u.holeLo {
-		u.holeLo = sl.off
-	}
-	u.holeHi = max(u.holeHi, sl.off+sl.n)
+	u.rel.add(sl.off, sl.n)
 	return nil
 }
 
@@ -268,7 +262,7 @@ func (u *streamUpload) releaseLocked(i int) error {
 func (u *streamUpload) hull() (lo, hi int64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.holeLo, u.holeHi
+	return u.rel.lo, u.rel.hi
 }
 
 // below reports whether truncating the staged content to size would cut

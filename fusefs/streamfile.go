@@ -26,7 +26,7 @@ package fusefs
 //     started with, then the new metadata is stored by a self-copy, both
 //     before close returns (two commits instead of one).
 //   - A commit refused because an older epoch changed the object (a
-//     whole-file replacement, replace.go): the same upload is published on
+//     whole-file replacement, fencing/replace.go): the same upload is published on
 //     the current version.
 //   - A commit whose outcome is unknown (EIO): the upload is kept, and the
 //     next commit (a later close or fsync, or the last release) first asks
@@ -74,13 +74,14 @@ func (n *fileNode) streamWriteLocked(ctx context.Context, key string, off, end, 
 	n.mu.Lock()
 	u := n.up
 	if u != nil && u.touches(off, end) {
-		n.up, n.noStream = nil, true // nothing released: checkStreamWriteLocked let it through
+		n.up = nil
+		n.state.set(stNoStream, true) // nothing released: checkStreamWriteLocked let it through
 		n.mu.Unlock()
 		u.drop()
 		return
 	}
 	if u == nil {
-		appended := !n.noStream && !n.unlinked && off == prev && end == size
+		appended := !n.state.has(stNoStream) && !n.unlinked && off == prev && end == size
 		n.mu.Unlock()
 		if !appended {
 			return
@@ -115,7 +116,7 @@ func (n *fileNode) startStreamLocked(key string, size int64) *streamUpload {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.up != nil || n.noStream || n.unlinked {
+	if n.up != nil || n.state.has(stNoStream) || n.unlinked {
 		return nil
 	}
 	meta := streamMeta(encodeAttr(n.attr, contentMeta(n.info.Meta)))
@@ -129,9 +130,9 @@ func (n *fileNode) startStreamLocked(key string, size int64) *streamUpload {
 func (n *fileNode) advanceLocked(ctx context.Context, u *streamUpload, size, limit int64) bool {
 	freed, err := u.advance(ctx, size, limit)
 	if freed > 0 {
-		n.released += freed
+		n.holes.bytes += freed
 		n.fsys.stagingBytes.Add(-freed)
-		n.holeLo, n.holeHi = u.hull()
+		n.holes.lo, n.holes.hi = u.hull()
 	}
 	if err == nil {
 		return freed > 0
@@ -139,10 +140,11 @@ func (n *fileNode) advanceLocked(ctx context.Context, u *streamUpload, size, lim
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.up == u {
-		n.up, n.noStream = nil, true
+		n.up = nil
+		n.state.set(stNoStream, true)
 	}
 	u.drop()
-	if n.holeHi > 0 {
+	if n.holes.any() {
 		n.failLocked(fmt.Errorf("%w: %w", errStreamLost, err))
 	}
 	return freed > 0
@@ -181,7 +183,7 @@ func (n *fileNode) reclaimLocked(ctx context.Context, off, end, size int64) bool
 // longer make because a part of the file has left the local disk (the
 // rules above), and fails the file. LOCKS_REQUIRED(n.cmu write)
 func (n *fileNode) checkStreamChangeLocked(key string, off, end int64, truncate bool) error {
-	if n.holeHi == 0 || (truncate && off == 0) {
+	if !n.holes.any() || (truncate && off == 0) {
 		return nil
 	}
 	n.mu.Lock()
@@ -217,7 +219,7 @@ func (n *fileNode) checkStreamChangeLocked(key string, off, end int64, truncate 
 // checkStreamReadLocked refuses a read of [off, end) that reaches a range
 // released from the staging file. LOCKS_REQUIRED(n.cmu read)
 func (n *fileNode) checkStreamReadLocked(off, end int64) error {
-	if n.holeHi == 0 || end <= n.holeLo || off >= n.holeHi {
+	if !n.holes.overlaps(off, end) {
 		return nil
 	}
 	return fmt.Errorf("%w (a read at offset %d)", errNotSequential, off)
@@ -226,8 +228,8 @@ func (n *fileNode) checkStreamReadLocked(off, end int64) error {
 // resetStreamHolesLocked forgets the released ranges of a staging file that
 // was truncated to 0 or dropped. LOCKS_REQUIRED(n.cmu write)
 func (n *fileNode) resetStreamHolesLocked() {
-	n.fsys.stagingBytes.Add(n.released)
-	n.released, n.holeLo, n.holeHi = 0, 0, 0
+	n.fsys.stagingBytes.Add(n.holes.bytes)
+	n.holes = holes{}
 }
 
 // commitStream tries to commit c through the node's stream. It reports
@@ -244,19 +246,17 @@ func (n *fileNode) commitStream(ctx context.Context, c *pendingCommit) (info obj
 	if u == nil {
 		return objstore.ObjectInfo{}, false, nil
 	}
-	gone := n.holeHi > 0
+	gone := n.holes.any()
 	parts, err := u.finish(ctx, c.size)
 	metaChanged := err == nil && !maps.Equal(streamMeta(c.meta), u.meta)
 	if err == nil && metaChanged && !gone {
 		err = fmt.Errorf("%w: the metadata changed while writing", fencing.ErrStreamChanged)
 	}
 	if err == nil {
-		info, err = n.fsys.guard.CommitStream(ctx, u.st, parts, u.meta)
-		if err != nil && gone && c.replacing && isConflict(err) {
-			if cur, ok := n.fsys.replacementBase(ctx, c.key); ok {
-				u.st.Rebase(cur)
-				info, err = n.fsys.guard.CommitStream(ctx, u.st, parts, u.meta)
-			}
+		if gone && c.replacing {
+			info, err = n.fsys.guard.CommitReplacement(ctx, u.st, parts, u.meta)
+		} else {
+			info, err = n.fsys.guard.CommitStream(ctx, u.st, parts, u.meta)
 		}
 	}
 	switch {
