@@ -140,6 +140,9 @@ func (k *kubeLock) Create(ctx context.Context, rec rl.LeaderElectionRecord) erro
 	}, metav1.CreateOptions{})
 	if err != nil {
 		k.refused("create", err)
+		if apierrors.IsNotFound(err) { // the namespace
+			k.setFatal(fmt.Errorf("cannot create the Lease %s: %v", k.Describe(), err))
+		}
 		return err
 	}
 	return k.wrote(lease, rec, start)
@@ -236,12 +239,24 @@ func explainKubeRefusal(verb, ns, name string, err error) error {
 		if _, after, ok := strings.Cut(why, "is forbidden: "); ok {
 			why = after
 		}
-		return fmt.Errorf("%w: Kubernetes RBAC forbids %s on leases (coordination.k8s.io) in namespace %s: %s; grant get, create and update on leases to it (a Role and a RoleBinding: see docs/CLI.md)",
-			ErrKubernetesForbidden, verb, ns, why)
+		return KubernetesForbidden(verb, ns, why)
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("%w: the Kubernetes API server refused the credentials (401 Unauthorized) to %s the Lease %s/%s: check the kubeconfig's user or the service account token", ErrKubernetesForbidden, verb, ns, name)
 	}
 	return nil
+}
+
+// KubernetesForbidden is the one line for RBAC forbidding verb on leases
+// in namespace ns; why is the API server's reason.
+func KubernetesForbidden(verb, ns, why string) error {
+	return fmt.Errorf("%w: Kubernetes RBAC forbids %s on leases (coordination.k8s.io) in namespace %s: %s; grant get, create and update on leases to that user (a Role and a RoleBinding: see docs/CLI.md)",
+		ErrKubernetesForbidden, verb, ns, why)
+}
+
+// ExplainKubernetesRefusal is explainKubeRefusal, for the callers that
+// probe the API server before campaigning.
+func ExplainKubernetesRefusal(verb, ns, name string, err error) error {
+	return explainKubeRefusal(verb, ns, name, err)
 }
 
 // ErrKubernetesForbidden: the API server refuses this process's requests
