@@ -264,3 +264,56 @@ func TestRunKubernetesLeaseOfAnotherHolderIsNamedAndTakenOverAfterItExpires(t *t
 		t.Errorf("fencefs run did not name the foreign holder; output:\n%s", out)
 	}
 }
+
+// The API server killed and started again under a running leader (etcd
+// keeps the Lease): the leader rides it out if the server is back within
+// 4/5 of the Lease's duration, or else loses before the contender takes
+// over; either way one command runs at a time, with growing tokens.
+func TestRunKubernetesAPIServerRestartedMidRunKeepsOneLeader(t *testing.T) {
+	gw := gateway.ForTest(t)
+	srv := kubeserver.ForTest(t)
+	bucket := gateway.NewBucket(t, gw)
+	ma := harness.Mount(t, gw, bucket)
+	mb := harness.Mount(t, gw, bucket)
+	logPath := t.TempDir() + "/children.log"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Long enough for a restart on a loaded machine (about 3 s).
+	const ttl = 10 * time.Second
+	args := append([]string{"--kubernetes-lease", "default/leader", "--kubeconfig", kubeconfig(t, srv, kubeserver.Admin)}, "--ttl", ttl.String(), "--grace", "5s")
+	child := []string{"LEASE_CHILD_LOG=" + logPath, "LEASE_CHILD_MODE=loop"}
+
+	runA := startRun(t, gw, "A", "leader", ma.Dir, child, args...)
+	startA := waitLeading(ctx, t, logPath, "A's command writes through its mount")
+	runB := startRun(t, gw, "B", "leader", mb.Dir, child, args...)
+	waitUntil(ctx, t, "B campaigns", func() bool { return strings.Contains(runB.output(), "campaigning for the Kubernetes Lease") })
+
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl + ttl/2) // a loss, and B's takeover, would have happened by now
+
+	inside, starts, last := "", 0, uint64(0)
+	for _, e := range readChildLog(t, logPath) {
+		switch e.kind {
+		case "start":
+			if inside != "" {
+				t.Errorf("%s started while %s was still running", e.name, inside)
+			}
+			if e.token <= last {
+				t.Errorf("%s: token %d after %d; want growing tokens", e.name, e.token, last)
+			}
+			inside, last, starts = e.name, e.token, starts+1
+		case "end", "term":
+			inside = ""
+		}
+	}
+	if inside == "" {
+		t.Errorf("no command runs after the restart (%d started); A's run:\n%s\nB's run:\n%s", starts, runA.output(), runB.output())
+	}
+	t.Logf("after the restart %s leads (%d commands started; A's token %d)", inside, starts, startA.token)
+	for _, r := range []*runProc{runB, runA} {
+		_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		r.wait(ctx, t)
+	}
+}
