@@ -93,12 +93,12 @@ func CampaignKubernetes(ctx context.Context, name string, opts KubernetesOptions
 	met := newMetrics(opts.Registerer, name)
 	e := &KubernetesElection{ttl: ttl, runDone: make(chan struct{})}
 	e.lock = newKubeLock(opts.Client, opts.Namespace, name, kubeIdentity(cmpOr(opts.Holder, defaultHolder())), ttl/2, log)
+	e.lock.onRenew = func() { met.wrote(); met.renewal("ok") } // before the elector runs
 	if err := e.campaign(ctx, log); err != nil {
 		met.ended(false)
 		return nil, err
 	}
 	e.start(name, log, met, HowElected)
-	e.lock.onRenew = func() { e.met.wrote(); e.met.renewal("ok") }
 	e.startWatch(e.watch)
 	log.Info("elected", "token", e.token, "holder", e.lock.id, "lease_duration", ttl)
 	if err := bindElected(ctx, e, &e.holding, e.token, opts.Bind, ttl); err != nil {
@@ -190,6 +190,11 @@ func (e *KubernetesElection) watch(ctx context.Context) {
 		case <-e.lock.lost:
 			t.Stop()
 			e.lose(e.lock.lostError())
+			return
+		case <-e.lock.fatal: // RBAC revoked, or the credentials, mid-run
+			t.Stop()
+			e.lock.end()
+			e.lose(fmt.Errorf("%w: renewing the Lease: %v", ErrLost, e.lock.fatalError()))
 			return
 		case <-e.runDone:
 			t.Stop()
