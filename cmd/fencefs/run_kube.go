@@ -14,7 +14,9 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -67,18 +69,18 @@ func kubeRestConfig(kc *config.Kubernetes) (*rest.Config, string, error) {
 // timeout, that it answers a read of the Lease and that RBAC lets this
 // user create and update it, so that an unreachable cluster or a missing
 // grant is one line before anything starts.
-func openKube(ctx context.Context, kc *config.Kubernetes) (*kubernetes.Clientset, string, string, error) {
+func openKube(ctx context.Context, kc *config.Kubernetes) (*kubeClients, string, string, error) {
 	rc, ns, err := kubeRestConfig(kc)
 	if err != nil {
 		return nil, "", "", err
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := newKubeClients(rc)
 	if err != nil {
 		return nil, "", "", usageErrorf("kubeconfig for --kubernetes-lease: %v", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, kc.DialTimeout)
 	defer cancel()
-	_, err = cs.CoordinationV1().Leases(ns).Get(pctx, kc.Name, metav1.GetOptions{})
+	_, err = cs.coordination.Leases(ns).Get(pctx, kc.Name, metav1.GetOptions{})
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 	case ctx.Err() != nil:
@@ -96,22 +98,45 @@ func openKube(ctx context.Context, kc *config.Kubernetes) (*kubernetes.Clientset
 	return cs, ns, rc.Host, nil
 }
 
+// kubeClients are the typed clients fencefs uses: only these API groups,
+// not a whole clientset's (which would more than double the binary).
+type kubeClients struct {
+	coordination   coordinationv1client.CoordinationV1Interface
+	authorization  authorizationv1client.AuthorizationV1Interface
+	authentication authenticationv1client.AuthenticationV1Interface
+}
+
+func newKubeClients(rc *rest.Config) (*kubeClients, error) {
+	var c kubeClients
+	var err error
+	if c.coordination, err = coordinationv1client.NewForConfig(rc); err != nil {
+		return nil, err
+	}
+	if c.authorization, err = authorizationv1client.NewForConfig(rc); err != nil {
+		return nil, err
+	}
+	if c.authentication, err = authenticationv1client.NewForConfig(rc); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
 // checkLeaseAccess asks the API server (SelfSubjectAccessReview) whether
 // this user may create and update the Lease; a review that cannot be made
 // proves nothing (the writes tell later).
-func checkLeaseAccess(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
+func checkLeaseAccess(ctx context.Context, cs *kubeClients, ns, name string) error {
 	for _, verb := range []string{"create", "update"} {
 		attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: "coordination.k8s.io", Resource: "leases"}
 		if verb != "create" {
 			attrs.Name = name
 		}
-		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
+		r, err := cs.authorization.SelfSubjectAccessReviews().Create(ctx,
 			&authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}}, metav1.CreateOptions{})
 		if err != nil || r.Status.Allowed {
 			continue
 		}
 		user := "this user"
-		if sr, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{}); err == nil && sr.Status.UserInfo.Username != "" {
+		if sr, err := cs.authentication.SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{}); err == nil && sr.Status.UserInfo.Username != "" {
 			user = fmt.Sprintf("User %q", sr.Status.UserInfo.Username)
 		}
 		return lease.KubernetesForbidden(verb, ns, fmt.Sprintf("%s cannot %s resource \"leases\" in API group \"coordination.k8s.io\" in the namespace %q", user, verb, ns))
@@ -140,7 +165,7 @@ func campaignKubernetes(ctx context.Context, kc *config.Kubernetes, env *adminEn
 	env.log.Info("campaigning for the Kubernetes Lease", "lease", ns+"/"+kc.Name, "server", host, "lease_duration", o.ttl,
 		"bucket", env.cfg.S3.Bucket, "domain", env.cfg.DomainKeyPrefix(), "mount", mp)
 	e, err := lease.CampaignKubernetes(ctx, kc.Name, lease.KubernetesOptions{
-		Client:     cs.CoordinationV1(),
+		Client:     cs.coordination,
 		Namespace:  ns,
 		TTL:        o.ttl,
 		Holder:     env.cfg.Fence.Holder,
