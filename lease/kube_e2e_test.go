@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -92,13 +93,16 @@ func TestKubernetesLeadershipIsLostWhenTheLeaseIsDeletedOrTakenOver(t *testing.T
 	}{
 		{"deleted", "was deleted", func(name string) error { return leases.Delete(ctx, name, metav1.DeleteOptions{}) }},
 		{"taken over", `is now held by "someone-else"`, func(name string) error {
-			l, err := leases.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
+			// The holder renews meanwhile: read again on a conflict.
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				l, err := leases.Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				l.Spec.HolderIdentity = ptr.To("someone-else")
+				_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 				return err
-			}
-			l.Spec.HolderIdentity = ptr.To("someone-else")
-			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-			return err
+			})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
