@@ -12,6 +12,7 @@ export FENCEFS_MINIO := $(CURDIR)/bin/minio
 export FENCEFS_FAILPOINT_BIN := $(CURDIR)/bin/fencefs-failpoints
 export FENCEFS_DEMO_BIN := $(CURDIR)/bin/fencefs-demo
 export FENCEFS_ETCD := $(CURDIR)/bin/etcd
+export FENCEFS_KUBE_APISERVER := $(CURDIR)/bin/kube-apiserver
 export FENCEFS_PROMTOOL := $(CURDIR)/bin/promtool
 # -race on every test process; the fencefs binary mounted by end-to-end tests is a normal build.
 TESTFLAGS ?= -race
@@ -64,6 +65,16 @@ $(BIN)/etcd: tools/etcd/go.mod tools/etcd/go.sum tools/etcd/main.go
 	@echo "building etcd into bin/ from tools/etcd (first time takes about half a minute)"
 	cd tools/etcd && $(GO) build -o $(CURDIR)/$(BIN)/etcd .
 
+## kube-apiserver, the API server of the `fencefs run --kubernetes-lease` tests: built from
+## tools/kube-apiserver, a separate module for the same reason as etcd (k8s.io/kubernetes
+## resolves its staging modules with replace directives; tools/kube-apiserver/go.mod pins
+## them), so the product's go.mod holds only client-go. The first build takes about 7 minutes
+## on 2 cores, at the lowest priority so that it does not starve what runs beside it.
+$(BIN)/kube-apiserver: tools/kube-apiserver/go.mod tools/kube-apiserver/go.sum tools/kube-apiserver/main.go
+	@mkdir -p $(BIN)
+	@echo "building kube-apiserver into bin/ from tools/kube-apiserver (first time takes about 7 minutes)"
+	cd tools/kube-apiserver && nice -n 19 $(GO) build -o $(CURDIR)/$(BIN)/kube-apiserver .
+
 ## promtool, which checks and unit-tests deploy/prometheus: the one on PATH, else taken out of
 ## Debian's prometheus package (apt-get download: the server is not installed, nor started)
 $(BIN)/promtool:
@@ -82,8 +93,8 @@ $(BIN)/promtool:
 	else echo "promtool is missing: install it (Debian: the prometheus package); the deploy tests need it"; fi
 
 ## deps: what the tests need from the system (fuse3 for fusermount3, Debian's ZooKeeper for the
-## `fencefs run --zookeeper` tests), plus the gateway, MinIO, etcd and promtool, built side by
-## side (the two servers take minutes the first time)
+## `fencefs run --zookeeper` tests), plus the gateway, MinIO, etcd, kube-apiserver and promtool,
+## built side by side (MinIO and kube-apiserver take minutes the first time)
 deps:
 	@$(MAKE) --no-print-directory -j4 --output-sync=line servers
 	@if ! command -v fusermount3 >/dev/null 2>&1; then \
@@ -103,7 +114,7 @@ deps:
 	  fi; \
 	fi
 
-servers: $(BIN)/versitygw $(BIN)/minio $(BIN)/etcd $(BIN)/promtool
+servers: $(BIN)/versitygw $(BIN)/minio $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/promtool
 
 ## run: build, start a local S3 server, show a takeover with two mounts (./mnt, ./mnt-b), leave them up (Ctrl-C stops all)
 run: build $(BIN)/versitygw

@@ -143,6 +143,27 @@
 // CheckTokenFrom(…, ZooKeeperSource, …) refuses a zxid not above the
 // domain's epoch. See docs/ZOOKEEPER.md.
 //
+// # Leaders elected by a Kubernetes Lease
+//
+// CampaignKubernetes (kube.go, kubelock.go) is client-go's leader elector
+// over a coordination.k8s.io/v1 Lease, through kubeLock, which writes the
+// Lease as client-go's LeaseLock does and keeps the resourceVersion of the
+// write that made this process the holder: that is the token. The API
+// server answers a write with the etcd revision of that write; a new
+// holder's acquiring write is conditional on the resourceVersion it read
+// (or creates the Lease anew), so it lands after every write of every
+// earlier holder and its revision is above their tokens. resourceVersions
+// are comparable integers by contract since Kubernetes 1.35 (KEP-5504); kubeToken
+// still refuses one that is not a positive decimal int64 (a storage that
+// is not etcd), and CheckTokenFrom(…, KubernetesSource(ns, name), …)
+// refuses one not above the domain's epoch (another cluster, an etcd
+// restored from a backup). leaseTransitions is not used: it restarts when
+// the Lease is recreated. The leadership is lost when no renewal landed
+// within 4/5 of the TTL, when another holder has the Lease, or when it is
+// deleted; Release writes it free. A holder that is not a fencefs (no
+// "fencefs:" prefix) is logged: it takes part in the election, but is not
+// fenced. See docs/DESIGN.md §14.
+//
 // # Concurrency
 //
 // A Lease is safe for concurrent use. One goroutine per held lease renews it

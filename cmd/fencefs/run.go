@@ -48,7 +48,7 @@ type runOptions struct {
 func newRunCmd() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run [--etcd URL[,URL...] | --zookeeper HOST:PORT[,...]] --lease NAME --mount MOUNTPOINT [flags] -- COMMAND [ARGS...]",
+		Use:   "run [--etcd URL[,URL...] | --zookeeper HOST:PORT[,...] | --kubernetes-lease [NAMESPACE/]NAME] --lease NAME --mount MOUNTPOINT [flags] -- COMMAND [ARGS...]",
 		Short: "Run a command while holding a lease, fenced by the lease's token",
 		Long: `Wait for the lease NAME on the bucket of the fencefs mount at MOUNTPOINT,
 bind the next fencing token on that mount (as "setfattr -n user.fencefs.token
@@ -97,6 +97,16 @@ expires, no server answers for the session timeout, or the znode is deleted;
 fencefs run then exits 75 as above. It deletes its znode when COMMAND exits
 (see docs/ZOOKEEPER.md).
 
+With --kubernetes-lease [NAMESPACE/]NAME (or kubernetes.lease set in the
+environment or the config file) the leader is elected by that Kubernetes
+Lease, with client-go's leader election (--kubeconfig, KUBECONFIG,
+~/.kube/config, else the pod's in-cluster config): once fencefs run holds
+it, it binds the Lease's resourceVersion after the write that made it the
+holder as the token (--lease may be left out: it is NAME). The leadership
+is lost when no renewal lands within 4/5 of --ttl, another holder takes the
+Lease, or it is deleted; fencefs run then exits 75 as above. It writes the
+Lease free when COMMAND exits (see docs/CLI.md).
+
 Exit status: COMMAND's; 75 if the lease was lost; 126/127 if COMMAND cannot be
 run; 2 for usage errors; 1 for other failures; 130/143 if interrupted while
 waiting.`,
@@ -115,7 +125,7 @@ waiting.`,
 	f.DurationVar(&o.ttl, "ttl", lease.DefaultTTL, "lease TTL: renewed every TTL/3, lost without a renewal for 4/5 of it")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
 	f.BoolVar(&o.foreground, "foreground", false, "run COMMAND in this process group (it can read the terminal; its children are not signalled)")
-	addAdminFlags(cmd, config.GroupMetrics|config.GroupEtcd|config.GroupZooKeeper)
+	addAdminFlags(cmd, config.GroupMetrics|config.GroupEtcd|config.GroupZooKeeper|config.GroupKubernetes)
 	f.String("fence-domain", config.DomainBucket, "fence domain of the mount: bucket or prefix")
 	return cmd
 }
@@ -124,7 +134,7 @@ waiting.`,
 // for the leadership (a signal abandons the wait), then run COMMAND under
 // it and exit with its status.
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
-	co, mp, target, err := checkRun(cmd, o)
+	co, mp, target, err := checkRun(cmd, &o)
 	if err != nil {
 		return err
 	}
@@ -183,12 +193,24 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 type coordinators struct {
 	etcd *config.Etcd
 	zk   *config.ZooKeeper
+	kube *config.Kubernetes
 }
 
 // checkRun checks the flags of `fencefs run` and the mount at o.mount, and
 // returns the coordinators' settings, the absolute mountpoint and the
-// BUCKET[/PREFIX] to configure (see runTarget).
-func checkRun(cmd *cobra.Command, o runOptions) (co coordinators, mp, target string, err error) {
+// BUCKET[/PREFIX] to configure (see runTarget). A Kubernetes Lease names
+// o.lease when --lease is not given.
+func checkRun(cmd *cobra.Command, o *runOptions) (co coordinators, mp, target string, err error) {
+	if co, err = loadCoordinators(cmd, *o); err != nil {
+		return co, "", "", err
+	}
+	if co.kube.Enabled() {
+		if o.lease == "" {
+			o.lease = co.kube.Name
+		} else if o.lease != co.kube.Name {
+			return co, "", "", usageErrorf("--lease %s and --kubernetes-lease %s name different leases (give --kubernetes-lease alone: --lease is its NAME)", o.lease, co.kube.Name)
+		}
+	}
 	switch {
 	case o.lease == "":
 		return co, "", "", usageErrorf("--lease NAME is required")
@@ -201,9 +223,6 @@ func checkRun(cmd *cobra.Command, o runOptions) (co coordinators, mp, target str
 	}
 	if err := lease.ValidName(o.lease); err != nil {
 		return co, "", "", usageErrorf("--lease: %v", err)
-	}
-	if co, err = loadCoordinators(cmd, o); err != nil {
-		return co, "", "", err
 	}
 	mp, err = filepath.Abs(o.mount)
 	if err != nil {
@@ -231,7 +250,14 @@ func loadCoordinators(cmd *cobra.Command, o runOptions) (co coordinators, err er
 	if co.zk, err = config.LoadZooKeeper(src); err != nil {
 		return co, usageError{err}
 	}
+	if co.kube, err = config.LoadKubernetes(src); err != nil {
+		return co, usageError{err}
+	}
 	switch {
+	case co.kube.Enabled() && (co.etcd.Enabled() || co.zk.Enabled()):
+		return co, usageErrorf("the Kubernetes Lease %s and etcd or ZooKeeper are both set: a fence domain takes its tokens from one source; keep one of kubernetes.lease, etcd.endpoints and zookeeper.servers", co.kube.Name)
+	case co.kube.Enabled():
+		return co, checkKubeTTL(o.ttl)
 	case co.etcd.Enabled() && co.zk.Enabled():
 		return co, usageErrorf("etcd (%s) and ZooKeeper (%s) are both set: a fence domain takes its tokens from one source; keep one of etcd.endpoints and zookeeper.servers",
 			strings.Join(co.etcd.Endpoints, ","), strings.Join(co.zk.Servers, ","))
@@ -307,8 +333,8 @@ func serveRunMetrics(env *adminEnv, reg *prometheus.Registry, name string, held 
 	}, nil
 }
 
-// acquireLeader waits for the leadership, in etcd or ZooKeeper when one is
-// enabled, else the S3 lease, and binds its token on the mount at mp. The
+// acquireLeader waits for the leadership, in etcd, ZooKeeper or a
+// Kubernetes Lease when one is enabled, else the S3 lease, and binds its token on the mount at mp. The
 // returned function closes what the election needs (after Release).
 func acquireLeader(ctx context.Context, co coordinators, env *adminEnv, o runOptions, mp string, reg prometheus.Registerer) (lease.Leader, func(), error) {
 	switch {
@@ -316,6 +342,8 @@ func acquireLeader(ctx context.Context, co coordinators, env *adminEnv, o runOpt
 		return campaignEtcd(ctx, co.etcd, env, o, mp, reg)
 	case co.zk.Enabled():
 		return campaignZooKeeper(ctx, co.zk, env, o, mp, reg)
+	case co.kube.Enabled():
+		return campaignKubernetes(ctx, co.kube, env, o, mp, reg)
 	}
 	l, err := acquireS3Lease(ctx, env, o, mp, reg)
 	return l, func() {}, err
