@@ -13,7 +13,7 @@ package fusefs
 // go-fuse's notifications, the kernel's attributes, page cache and
 // directory entries. Nodes with open handles keep the version they pinned
 // (close-to-open), but their whole-file replacements are no longer refused
-// because of an older epoch's change (replace.go).
+// because of an older epoch's change (fencing.Guard.Replace).
 //
 // From then on, until the mount is fenced, no other fencefs writer can
 // change the fence domain: what the mount saw since activation stays true,
@@ -116,7 +116,7 @@ func (fsys *filesystem) forgetCached() (files, dirs int) {
 // While leading, nothing but clients outside fencefs can change the fence
 // domain, so what the mount fetched since then is trusted for
 // Options.LeaderCacheTTL instead of MetaCacheTTL, and the kernel is told
-// the same (leaderTimeouts).
+// the same (leaderEntryTimeout, leaderAttrTimeout).
 func (fsys *filesystem) leading() time.Time {
 	if fsys.opts.LeaderCacheTTL <= fsys.opts.MetaCacheTTL {
 		return time.Time{}
@@ -162,7 +162,7 @@ func (fsys *filesystem) freshFor(t time.Time, base time.Duration) bool {
 	return !lead.IsZero() && !t.Before(lead) && age < fsys.opts.LeaderCacheTTL
 }
 
-// leaderTimeouts sets the kernel's entry and attribute timeouts of a reply
+// leaderEntryTimeout sets the kernel's entry and attribute timeouts of a reply
 // to LeaderCacheTTL while leading (the defaults, EntryTTL and AttrTTL,
 // otherwise). The notifications of forgetCached take them back when the
 // mount stops leading.
@@ -173,6 +173,7 @@ func (fsys *filesystem) leaderEntryTimeout(out *fuse.EntryOut) {
 	}
 }
 
+// leaderAttrTimeout is leaderEntryTimeout for a Getattr's reply.
 func (fsys *filesystem) leaderAttrTimeout(out *fuse.AttrOut) {
 	if !fsys.leading().IsZero() {
 		out.SetTimeout(fsys.opts.LeaderCacheTTL)

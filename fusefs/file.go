@@ -244,7 +244,7 @@ func (n *fileNode) openLazily(ctx context.Context, key string, flags uint32) (*f
 	return h, fuseFlags, nil
 }
 
-// ensureStage makes sure the node has a staging file holding its current
+// ensureStageLocked makes sure the node has a staging file holding its current
 // content, downloading the object (pinned to the node's ETag) unless
 // truncateTo is 0. LOCKS_REQUIRED(n.cmu) (write).
 func (n *fileNode) ensureStageLocked(ctx context.Context, truncateTo int64) error {
@@ -553,7 +553,7 @@ func (n *fileNode) dropStage() {
 	}
 }
 
-// preserveForReaders keeps the content readable for open handles before
+// preserveForReadersLocked keeps the content readable for open handles before
 // the object is deleted or replaced (unlink, rename over): an open file
 // keeps its data, as POSIX requires. LOCKS_REQUIRED(n.opMu)
 func (n *fileNode) preserveForReadersLocked(ctx context.Context) error {

@@ -75,7 +75,7 @@ func (n *fileNode) streamWriteLocked(ctx context.Context, key string, off, end, 
 	u := n.up
 	if u != nil && u.touches(off, end) {
 		n.up = nil
-		n.state.set(stNoStream, true) // nothing released: checkStreamWriteLocked let it through
+		n.state.set(stNoStream, true) // nothing released: checkStreamChangeLocked let it through
 		n.mu.Unlock()
 		u.drop()
 		return
