@@ -151,15 +151,7 @@ var _ = (fs.NodeGetattrer)((*fileNode)(nil))
 // Getattr returns the node's attributes, refreshed from the store when the
 // metadata cache expired and no handle pins the node.
 func (n *fileNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	ctx, cancel := n.fsys.opctx(ctx)
-	defer cancel()
-	if err := n.refresh(ctx); err != nil {
-		k, _ := n.key()
-		return n.fsys.errno("getattr", k, err)
-	}
-	n.fillAttr(&out.Attr)
-	n.fsys.leaderAttrTimeout(out)
-	return 0
+	return nodeGetattr(ctx, n, out)
 }
 
 var _ = (fs.NodeOpener)((*fileNode)(nil))
