@@ -114,8 +114,26 @@ func frozenLeaderIsFencedAndStopped(t *testing.T, gw *gateway.Gateway, co coordi
 		t.Fatalf("B's command started while A leads: %v", evs)
 	}
 
+	frozenLeaderIsReplaced(ctx, t, gw, bucket, ma, runA, startA, logA, logB, addrB, co.lost)
+
+	// B keeps writing; SIGTERM is forwarded, the command exits 0, B resigns.
+	stopLeaderCleanly(ctx, t, runB, logB)
+	if left := co.candidates(); len(left) != 0 {
+		t.Errorf("candidates after B resigned: %v", left)
+	}
+}
+
+// frozenLeaderIsReplaced freezes leader A (its run, its command and its
+// mount ma), and checks the takeover that follows: B, waiting with its
+// command logging to logB and its metrics on addrB, leads with a larger
+// token; A's mount and command, thawed, are refused EROFS; A's run, thawed,
+// exits 75 saying one of lost; A's command was stopped by SIGTERM, and
+// none of its writes after the takeover landed.
+func frozenLeaderIsReplaced(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket string, ma *harness.FS,
+	runA *runProc, startA childEvent, logA, logB, addrB string, lost []string) {
+	t.Helper()
 	freezeLeader(t, runA, startA.pid, ma)
-	startB := waitLeading(ctx, t, logB, "B leads once A's session ends, and writes")
+	startB := waitLeading(ctx, t, logB, "B leads once A is frozen past its session or lease, and writes")
 	if startB.token <= startA.token {
 		t.Fatalf("B's token %d is not above A's %d", startB.token, startA.token)
 	}
@@ -125,29 +143,23 @@ func frozenLeaderIsFencedAndStopped(t *testing.T, gw *gateway.Gateway, co coordi
 
 	// The mount and the command wake first: the storage refuses them.
 	thawAndWantEROFS(ctx, t, logA, ma, startA.pid)
-	// Then fencefs run A: its session has ended, it stops the command.
+	// Then fencefs run A: its leadership is gone, it stops the command.
 	_ = syscall.Kill(runA.cmd.Process.Pid, syscall.SIGCONT)
 	if code := runA.wait(ctx, t); code != 75 {
 		t.Errorf("fencefs run A exited %d; want 75; output:\n%s", code, runA.output())
 	}
 	said := false
-	for _, m := range co.lost {
+	for _, m := range lost {
 		said = said || strings.Contains(runA.output(), "fencefs: run: lease leader lost: "+m)
 	}
 	if !said {
-		t.Errorf("fencefs run A did not say it lost the leadership (%q); output:\n%s", co.lost, runA.output())
+		t.Errorf("fencefs run A did not say it lost the leadership (%q); output:\n%s", lost, runA.output())
 	}
 	evsA := readChildLog(t, logA)
 	if last := evsA[len(evsA)-1]; last.kind != "term" {
 		t.Errorf("A's command was not stopped by SIGTERM; its last event: %+v", last)
 	}
 	checkFencedWrites(ctx, t, gw, bucket, evsA, startA.token)
-
-	// B keeps writing; SIGTERM is forwarded, the command exits 0, B resigns.
-	stopLeaderCleanly(ctx, t, runB, logB)
-	if left := co.candidates(); len(left) != 0 {
-		t.Errorf("candidates after B resigned: %v", left)
-	}
 }
 
 // freezeLeader stops the whole leader — fencefs run, its command's process

@@ -121,32 +121,8 @@ func TestRunKubernetesFrozenLeaderIsFencedAndStopped(t *testing.T) {
 		t.Fatalf("B's command started while A leads: %v", evs)
 	}
 
-	freezeLeader(t, runA, startA.pid, ma)
-	startB := waitLeading(ctx, t, logB, "B leads once A's Lease expires, and writes")
-	if startB.token <= startA.token {
-		t.Fatalf("B's token %d is not above A's %d", startB.token, startA.token)
-	}
-	wantHealth(t, addrB, 200, "ok lease=leader token="+strconv.FormatUint(startB.token, 10))
-	wantMetrics(t, addrB, "fencefs_lease_held{lease=\"leader\"} 1", "fencefs_lease_token{lease=\"leader\"} "+strconv.FormatUint(startB.token, 10),
-		"fencefs_lease_acquisitions_total{how=\"elected\",lease=\"leader\"} 1")
-
-	thawAndWantEROFS(ctx, t, logA, ma, startA.pid)
-	_ = syscall.Kill(runA.cmd.Process.Pid, syscall.SIGCONT)
-	if code := runA.wait(ctx, t); code != 75 {
-		t.Errorf("fencefs run A exited %d; want 75; output:\n%s", code, runA.output())
-	}
-	said := false
-	for _, m := range []string{"the Lease default/leader was not renewed", "the Lease default/leader is now held by", "could not be renewed in time", "the mount at"} {
-		said = said || strings.Contains(runA.output(), "fencefs: run: lease leader lost: "+m)
-	}
-	if !said {
-		t.Errorf("fencefs run A did not say it lost the Lease; output:\n%s", runA.output())
-	}
-	evsA := readChildLog(t, logA)
-	if last := evsA[len(evsA)-1]; last.kind != "term" {
-		t.Errorf("A's command was not stopped by SIGTERM; its last event: %+v", last)
-	}
-	checkFencedWrites(ctx, t, gw, bucket, evsA, startA.token)
+	frozenLeaderIsReplaced(ctx, t, gw, bucket, ma, runA, startA, logA, logB, addrB, []string{
+		"the Lease default/leader was not renewed", "the Lease default/leader is now held by", "could not be renewed in time", "the mount at"})
 
 	stopLeaderCleanly(ctx, t, runB, logB)
 	if h, _ := kubeHolder(t, admin, "leader"); h != "" {
