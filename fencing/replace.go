@@ -4,8 +4,8 @@ package fencing
 // inconsistent. The Guard takes these decisions so that its callers never
 // read a fencing stamp:
 //
-//   - a create (Create) that finds a tombstone where it expected nothing is
-//     retried once on top of it; a live object there is ErrExist.
+//   - a create (Create) that finds a tombstone where it expected nothing
+//     goes on top of it (Put's rebase); a live object there is ErrExist.
 //   - a whole-file replacement (Replace, CommitReplacement: O_TRUNC, a
 //     truncate to 0, O_CREAT|O_TRUNC) uses nothing of the version it was
 //     based on. Its commit, refused because the object changed, is retried
@@ -30,14 +30,16 @@ import (
 var ErrExist = errors.New("exists: a live object holds the key")
 
 // Create writes size bytes of body at key as a new object (Put on the
-// absent base). When the key turns out to hold a tombstone, the create is
-// retried once on top of it; when it holds a live object the result wraps
-// ErrExist. Other errors as Put.
+// absent base). A tombstone at the key is created over, as by Put; when a
+// live object holds the key the result wraps ErrExist. Other errors as Put.
 func (g *Guard) Create(ctx context.Context, key string, body io.ReaderAt, size int64, meta Meta) (objstore.ObjectInfo, error) {
 	info, err := g.Put(ctx, key, body, size, Version{}, meta)
 	if err == nil || !isConflictErr(err) {
 		return info, err
 	}
+	// Put has already created over any tombstone it found (the mutation
+	// protocol's rebase); what refused it is told apart here: a live
+	// object is ErrExist.
 	cur, serr := g.store.Stat(ctx, key)
 	switch {
 	case errors.Is(serr, objstore.ErrNotFound):
@@ -47,7 +49,7 @@ func (g *Guard) Create(ctx context.Context, key string, body io.ReaderAt, size i
 	case !isTombstone(cur):
 		return info, fmt.Errorf("%w: %s was created concurrently (%v)", ErrExist, key, err)
 	}
-	return g.Put(ctx, key, body, size, Version{ETag: cur.ETag, Tombstone: true}, meta)
+	return info, err
 }
 
 // Replace writes size bytes of body at key as a whole-file replacement of
