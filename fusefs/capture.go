@@ -115,7 +115,7 @@ func (n *fileNode) openCaptured(ctx context.Context, key string) (h *fileHandle,
 		// tree since).
 		key = n.supersededKey
 	}
-	if n.unlinked || n.state.has(stDirty) || n.pending || n.attrPending {
+	if n.c.local() || n.attrPending {
 		n.mu.Unlock()
 		return nil, 0, false, nil
 	}
@@ -225,7 +225,7 @@ func (n *fileNode) adoptCaptured(key string, others bool, info objstore.ObjectIn
 	keep := n.keepETag == info.ETag
 	if !others {
 		n.setInfoLocked(info)
-		n.size = info.Size
+		n.c.setStoredSize(info.Size)
 		n.keepETag = info.ETag
 	}
 	n.openCount++
@@ -285,7 +285,7 @@ func (fsys *filesystem) retryOnOwnNode(ctx context.Context, key string, ch *fs.I
 	n.mu.Lock()
 	// A node already superseded gives way by itself; one with local
 	// changes keeps its name.
-	keep := n.superseded || n.unlinked || n.state.has(stDirty) || n.pending || n.attrPending
+	keep := n.superseded || n.c.local() || n.attrPending
 	n.mu.Unlock()
 	if !keep {
 		fsys.log.Debug("an open refused as superseded is retried on a node of its own", "key", key)

@@ -302,7 +302,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		n.setInfo(mergeInfo(info, key, 0, meta))
 		n.attr = a
 	} else {
-		n.markCreated(flags&syscall.O_TRUNC != 0)
+		n.c.created(flags&syscall.O_TRUNC != 0)
 	}
 	n.mu.Lock()
 	n.openCount = 1

@@ -57,7 +57,7 @@ var (
 //	objstore.ErrAuth                      EACCES
 //	objstore.ErrUnavailable, ErrNoBucket  EIO
 //	objstore.ErrInvalid                   EINVAL
-//	errNotSequential                      ESPIPE  (a released part of a streamed file; streamfile.go)
+//	errNotSequential                      ESPIPE  (a released part of a file uploaded while written; file_content_upload.go)
 //	context.Canceled                      EINTR   (the caller was interrupted)
 //	context.DeadlineExceeded              EIO
 //	a syscall.Errno                       itself

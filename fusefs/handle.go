@@ -3,7 +3,6 @@ package fusefs
 import (
 	"context"
 	"fmt"
-	"io"
 	"sync"
 	"syscall"
 	"time"
@@ -63,24 +62,13 @@ var _ = (fs.FileReader)((*fileHandle)(nil))
 // reads. An object that changed since it was opened reads as ESTALE.
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := h.node
-	n.cmu.RLock()
-	n.mu.Lock()
-	spent := n.state.has(stSpent) // the bucket has the content (commit.go)
-	n.mu.Unlock()
-	if n.stage != nil && !spent {
-		defer n.cmu.RUnlock()
-		if err := n.checkStreamReadLocked(off, off+int64(len(dest))); err != nil {
-			k, _ := n.key()
-			return nil, n.fsys.errno("read", k, err)
-		}
-		nr, err := n.stage.ReadAt(dest, off)
-		if err != nil && err != io.EOF {
+	if nr, staged, err := n.c.readAt(dest, off); staged {
+		if err != nil {
 			k, _ := n.key()
 			return nil, n.fsys.errno("read", k, err)
 		}
 		return fuse.ReadResultData(dest[:nr]), 0
 	}
-	n.cmu.RUnlock()
 
 	key, err := h.readKey()
 	if err != nil {
@@ -89,7 +77,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	ctx, cancel := n.fsys.opctx(ctx)
 	defer cancel()
 	n.mu.Lock()
-	etag, size := n.info.ETag, n.size
+	etag, size := n.info.ETag, n.c.sizeNow()
 	n.mu.Unlock()
 	h.mu.Lock()
 	if h.rd == nil || h.rd.etag != etag {
@@ -114,7 +102,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		// The version is gone: the next open asks the store again
 		// instead of trusting the cache until MetaCacheTTL.
 		n.mu.Lock()
-		if !n.state.has(stDirty) && !n.pending {
+		if !n.c.flags().any(stDirty | stPending) {
 			n.fetched, n.keepETag = time.Time{}, ""
 		}
 		n.mu.Unlock()
@@ -186,9 +174,7 @@ var _ = (fs.FileFlusher)((*fileHandle)(nil))
 // process still holds the file through another descriptor.
 func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	n := h.node
-	n.mu.Lock()
-	openOnly := n.state.has(stDirty) && n.state.has(stOpenChangeOnly)
-	n.mu.Unlock()
+	openOnly := n.c.flags().has(stDirty | stOpenChangeOnly)
 	if caller, ok := fuse.FromContext(ctx); ok && openOnly && n.fsys.stillOpenIn(caller.Pid, n.StableAttr().Ino) {
 		return 0
 	}
@@ -241,9 +227,7 @@ func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32
 	default:
 		return n.fsys.mutationErrno(ctx, "fallocate", k, fmt.Errorf("%w: fallocate mode %#x", errNotSupported, mode))
 	}
-	n.mu.Lock()
-	cur := n.size
-	n.mu.Unlock()
+	cur := n.c.sizeNow()
 	if end := int64(off + size); end > cur {
 		if err := n.truncate(ctx, end); err != nil {
 			return n.fsys.mutationErrno(ctx, "fallocate", k, err)

@@ -131,7 +131,7 @@ func (fsys *filesystem) oldestDirtyAge(now time.Time) time.Duration {
 	defer fsys.nodesMu.Unlock()
 	var oldest int64
 	for n := range fsys.staged {
-		if since := n.dirtySince.Load(); since != 0 && (oldest == 0 || since < oldest) {
+		if since := n.c.dirtySince.Load(); since != 0 && (oldest == 0 || since < oldest) {
 			oldest = since
 		}
 	}

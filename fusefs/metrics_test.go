@@ -19,12 +19,12 @@ func TestOldestDirtyAgeIsTheAgeOfTheOldestUncommittedChange(t *testing.T) {
 	a := newFileNode(fsys, objstore.ObjectInfo{Key: "a"})
 	b := newFileNode(fsys, objstore.ObjectInfo{Key: "b"})
 	mark := func(n *fileNode) func() {
-		return func() { n.mu.Lock(); n.markDirtyLocked(); n.mu.Unlock() }
+		return func() { n.c.mu.Lock(); n.c.markDirtyLocked(); n.c.mu.Unlock() }
 	}
 	clean := func(n *fileNode) func() {
-		return func() { n.mu.Lock(); n.setCleanLocked(); n.mu.Unlock() }
+		return func() { n.c.mu.Lock(); n.c.setCleanLocked(); n.c.mu.Unlock() }
 	}
-	since := func(n *fileNode) time.Time { return time.Unix(0, n.dirtySince.Load()) }
+	since := func(n *fileNode) time.Time { return time.Unix(0, n.c.dirtySince.Load()) }
 	hour := time.Hour
 	for _, step := range []struct {
 		name string
@@ -62,7 +62,7 @@ func TestOldestDirtyAgeIsTheAgeOfTheOldestUncommittedChange(t *testing.T) {
 		t.Errorf("nothing dirty: gauge = %v, want 0", got)
 	}
 	mark(a)()
-	a.dirtySince.Store(time.Now().Add(-10 * time.Minute).UnixNano())
+	a.c.dirtySince.Store(time.Now().Add(-10 * time.Minute).UnixNano())
 	if got := gaugeValue(t, reg, "fencefs_fuse_oldest_dirty_age_seconds"); got < 600 || got > 3600 {
 		t.Errorf("a file dirty for 10 minutes: gauge = %v, want about 600", got)
 	}

@@ -16,18 +16,21 @@ var _ node = (*fileNode)(nil)
 
 // goneLocked: unlinked here, or superseded (its name moves to a new node,
 // capture.go). LOCKS_REQUIRED(n.mu)
-func (n *fileNode) goneLocked() bool { return n.unlinked || n.superseded }
+func (n *fileNode) goneLocked() bool { return n.superseded || n.c.flags().has(stUnlinked) }
 
 // pinnedLocked is localStateLocked. LOCKS_REQUIRED(n.mu)
 func (n *fileNode) pinnedLocked() bool { return n.localStateLocked() }
 
 // localOnlyLocked: created here and not committed yet. LOCKS_REQUIRED(n.mu)
-func (n *fileNode) localOnlyLocked() bool { return n.pending && !n.unlinked }
+func (n *fileNode) localOnlyLocked() bool {
+	f := n.c.flags()
+	return f.has(stPending) && !f.has(stUnlinked)
+}
 
 // adoptLocked takes info and its size. LOCKS_REQUIRED(n.mu)
 func (n *fileNode) adoptLocked(info objstore.ObjectInfo) {
 	n.setInfoLocked(info)
-	n.size = info.Size
+	n.c.setStoredSize(info.Size)
 }
 
 // movedLocked takes the version a directory rename copied, which the
@@ -54,7 +57,8 @@ func (n *fileNode) removeObject(ctx context.Context, key string) error {
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	n.mu.Lock()
-	pending, unlinked, base := n.pending, n.unlinked, fencing.VersionOf(n.info)
+	f, base := n.c.flags(), fencing.VersionOf(n.info)
+	pending, unlinked := f.has(stPending), f.has(stUnlinked)
 	n.mu.Unlock()
 	if unlinked {
 		return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)

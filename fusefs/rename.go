@@ -110,10 +110,7 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 		if err := sf.commitLocked(ctx); err != nil {
 			return err
 		}
-		sf.mu.Lock()
-		unlinked := sf.unlinked
-		sf.mu.Unlock()
-		if unlinked {
+		if sf.c.flags().has(stUnlinked) {
 			return fmt.Errorf("%w: %s", objstore.ErrNotFound, srcKey)
 		}
 	}
@@ -170,8 +167,8 @@ func renameTarget(ctx context.Context, dst *fs.Inode, db, sb *nodeBase, dstKey s
 	df, _ := dst.Operations().(*fileNode)
 	db.mu.Lock()
 	dstVersion := fencing.VersionOf(db.info)
-	pendingOnly := df != nil && df.pending
-	gone := df != nil && df.unlinked
+	pendingOnly := df != nil && df.c.flags().has(stPending)
+	gone := df != nil && df.c.flags().has(stUnlinked)
 	db.mu.Unlock()
 	if gone {
 		return fencing.Version{}, nil

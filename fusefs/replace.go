@@ -34,7 +34,7 @@ func (h *fileHandle) rebase(ctx context.Context, rd *reader, key string) (*reade
 		return h.rd, true // a concurrent READ of this handle moved it already
 	}
 	n.mu.Lock()
-	alone := n.openCount == 1 && !n.state.has(stDirty) && !n.pending && !n.unlinked
+	alone := n.openCount == 1 && !n.c.local()
 	n.mu.Unlock()
 	if !alone {
 		return nil, false
@@ -44,12 +44,12 @@ func (h *fileHandle) rebase(ctx context.Context, rd *reader, key string) (*reade
 		return nil, false
 	}
 	n.mu.Lock()
-	if n.openCount != 1 || n.state.has(stDirty) {
+	if n.openCount != 1 || n.c.flags().has(stDirty) {
 		n.mu.Unlock()
 		return nil, false
 	}
 	n.setInfoLocked(cur)
-	n.size = cur.Size
+	n.c.setStoredSize(cur.Size)
 	n.keepETag = cur.ETag
 	n.mu.Unlock()
 	if h.rd != nil {

@@ -26,7 +26,7 @@ func TestStreamDispatchesOnlyBelowWhatWasWrittenWithoutAGap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			u := &streamUpload{}
+			u := &partUpload{}
 			for _, w := range tt.writes {
 				u.wrote(w[0], w[1])
 			}
@@ -58,7 +58,7 @@ func TestStreamPartsGrowSoThatAnyFileFitsInTenThousandParts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			u := &streamUpload{plan: streamPlan{part: 8 << 20, bound: tt.staging}}
+			u := &partUpload{plan: uploadPlan{part: 8 << 20, bound: tt.staging}}
 			if got := u.sizeOf(tt.number); got != tt.want {
 				t.Fatalf("part %d: %d bytes, want %d", tt.number, got, tt.want)
 			}
@@ -91,32 +91,32 @@ func TestStreamPartsFitTheCacheDisk(t *testing.T) {
 		z       objstore.Sizing
 		staging int64
 		room    int64
-		want    streamPlan
+		want    uploadPlan
 	}{
-		{"a large disk keeps the store's sizes", def, 256 * mib, 100 << 30, streamPlan{start: 16 * mib, part: 8 * mib, bound: 256 * mib}},
-		{"an unknown room keeps the store's sizes", def, 256 * mib, -1, streamPlan{start: 16 * mib, part: 8 * mib, bound: 256 * mib}},
-		{"a 64 MiB disk bounds the staging", def, 256 * mib, 64 * mib, streamPlan{start: 16 * mib, part: 8 * mib, bound: 64 * mib}},
-		{"three store parts exactly", def, 256 * mib, 24 * mib, streamPlan{start: 16 * mib, part: 8 * mib, bound: 24 * mib}},
-		{"a 20 MiB disk: 6 MiB parts", def, 256 * mib, 20 * mib, streamPlan{start: 12 * mib, part: 6 * mib, bound: 20 * mib}},
-		{"a 16 MiB disk: 5 MiB parts", def, 256 * mib, 16 * mib, streamPlan{start: 10 * mib, part: 5 * mib, bound: 16 * mib}},
-		{"three minimum parts exactly", def, 256 * mib, 15 * mib, streamPlan{start: 10 * mib, part: 5 * mib, bound: 15 * mib}},
-		{"below three minimum parts: the store's sizes", def, 256 * mib, 15*mib - 1, streamPlan{start: 16 * mib, part: 8 * mib, bound: 15*mib - 1}},
-		{"a 12 MiB disk: the store's sizes", def, 256 * mib, 12 * mib, streamPlan{start: 16 * mib, part: 8 * mib, bound: 12 * mib}},
-		{"5 MiB store parts on a 12 MiB disk, as before", five, 256 * mib, 12 * mib, streamPlan{start: 10 * mib, part: 5 * mib, bound: 12 * mib}},
-		{"16 MiB store parts on a 32 MiB disk", big, 256 * mib, 32 * mib, streamPlan{start: 20 * mib, part: 10 * mib, bound: 32 * mib}},
-		{"a staging bound below the room", def, 32 * mib, 100 << 30, streamPlan{start: 16 * mib, part: 8 * mib, bound: 32 * mib}},
+		{"a large disk keeps the store's sizes", def, 256 * mib, 100 << 30, uploadPlan{start: 16 * mib, part: 8 * mib, bound: 256 * mib}},
+		{"an unknown room keeps the store's sizes", def, 256 * mib, -1, uploadPlan{start: 16 * mib, part: 8 * mib, bound: 256 * mib}},
+		{"a 64 MiB disk bounds the staging", def, 256 * mib, 64 * mib, uploadPlan{start: 16 * mib, part: 8 * mib, bound: 64 * mib}},
+		{"three store parts exactly", def, 256 * mib, 24 * mib, uploadPlan{start: 16 * mib, part: 8 * mib, bound: 24 * mib}},
+		{"a 20 MiB disk: 6 MiB parts", def, 256 * mib, 20 * mib, uploadPlan{start: 12 * mib, part: 6 * mib, bound: 20 * mib}},
+		{"a 16 MiB disk: 5 MiB parts", def, 256 * mib, 16 * mib, uploadPlan{start: 10 * mib, part: 5 * mib, bound: 16 * mib}},
+		{"three minimum parts exactly", def, 256 * mib, 15 * mib, uploadPlan{start: 10 * mib, part: 5 * mib, bound: 15 * mib}},
+		{"below three minimum parts: the store's sizes", def, 256 * mib, 15*mib - 1, uploadPlan{start: 16 * mib, part: 8 * mib, bound: 15*mib - 1}},
+		{"a 12 MiB disk: the store's sizes", def, 256 * mib, 12 * mib, uploadPlan{start: 16 * mib, part: 8 * mib, bound: 12 * mib}},
+		{"5 MiB store parts on a 12 MiB disk, as before", five, 256 * mib, 12 * mib, uploadPlan{start: 10 * mib, part: 5 * mib, bound: 12 * mib}},
+		{"16 MiB store parts on a 32 MiB disk", big, 256 * mib, 32 * mib, uploadPlan{start: 20 * mib, part: 10 * mib, bound: 32 * mib}},
+		{"a staging bound below the room", def, 32 * mib, 100 << 30, uploadPlan{start: 16 * mib, part: 8 * mib, bound: 32 * mib}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := planStream(tt.z, tt.staging, tt.room); got != tt.want {
-				t.Fatalf("planStream(room %d) = %+v; want %+v", tt.room, got, tt.want)
+			if got := planUpload(tt.z, tt.staging, tt.room); got != tt.want {
+				t.Fatalf("planUpload(room %d) = %+v; want %+v", tt.room, got, tt.want)
 			}
 		})
 	}
 	t.Run("any disk of three minimum parts holds three parts, and they do not grow past a third of it", func(t *testing.T) {
 		for room := 15 * int64(mib); room <= 40*mib; room += mib / 4 {
-			p := planStream(def, 256*mib, room)
-			u := &streamUpload{plan: p}
+			p := planUpload(def, 256*mib, room)
+			u := &partUpload{plan: p}
 			if 3*p.part > room || p.start > 2*p.part || p.part < objstore.MinPartSize {
 				t.Fatalf("room %d: %+v", room, p)
 			}

@@ -2,28 +2,28 @@ package fusefs
 
 // How a streamed file is split into parts, chosen from the cache disk.
 //
-// A streamed file (stream.go) keeps on local disk its first part (held
+// A streamed file (file_upload.go) keeps on local disk its first part (held
 // until the commit), the parts being uploaded and the part being written:
 // three parts at least. With the store's part size (8 MiB by default, and
-// a stream that starts past twice that) a cache disk below 24 MiB fills
-// before the stream can give anything back, and the write fails with
-// ENOSPC. So when a stream starts, the room the cache disk has for the file
+// an upload that starts past twice that) a cache disk below 24 MiB fills
+// before the upload can give anything back, and the write fails with
+// ENOSPC. So when an upload starts, the room the cache disk has for the file
 // (what its staging file holds there plus the disk's free space, by
 // fstatfs) decides:
 //
 //   - room for three of the store's parts: the store's part size and
 //     multipart threshold, as on any large disk;
 //   - less: parts of a third of the room (whole MiB), at least S3's 5 MiB
-//     minimum, and the stream starts past two of them;
+//     minimum, and the upload starts past two of them;
 //   - not even three 5 MiB parts (15 MiB): the store's sizes, and the file
 //     fails with ENOSPC once the disk is full, keeping its old content.
 //
-// The stream's bound (what its staging file may hold before uploaded parts
+// The upload's bound (what its staging file may hold before uploaded parts
 // are released) is Options.StreamStaging or the room, whichever is less,
 // so that on a small disk parts are released before the disk is full (a
-// write that finds it full anyway still releases them, streamfile.go);
+// write that finds it full anyway still releases them, file_content_upload.go);
 // parts grow every 1000 parts only while they stay within a quarter of the
-// bound (streamUpload.sizeOf). Parts of one upload need not be equal: S3,
+// bound (partUpload.sizeOf). Parts of one upload need not be equal: S3,
 // the gateway and MinIO require only that every part but the last be at
 // least 5 MiB. The ETag the fencing layer records is computed from the
 // parts uploaded, whatever their sizes (fencing.Guard.CommitStream).
@@ -42,9 +42,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// streamPlan is how a stream splits a file into parts and how much of it
+// uploadPlan is how an upload splits a file into parts and how much of it
 // the staging file holds. Constant once the stream started.
-type streamPlan struct {
+type uploadPlan struct {
 	// start: a sequential append takes the staged content past it starts
 	// the stream.
 	start int64
@@ -55,13 +55,13 @@ type streamPlan struct {
 	bound int64
 }
 
-// planStream chooses the plan of a stream with the store's sizing z, the
+// planUpload chooses the plan of a stream with the store's sizing z, the
 // staging bound staging (Options.StreamStaging) and room, the bytes of the
 // cache disk the file's staging file may take (negative: unknown). See the
 // head of this file.
-func planStream(z objstore.Sizing, staging, room int64) streamPlan {
+func planUpload(z objstore.Sizing, staging, room int64) uploadPlan {
 	z = z.Normalize()
-	p := streamPlan{start: z.MultipartThreshold, part: z.PartSize, bound: staging}
+	p := uploadPlan{start: z.MultipartThreshold, part: z.PartSize, bound: staging}
 	if room < 0 {
 		return p
 	}
@@ -73,9 +73,9 @@ func planStream(z objstore.Sizing, staging, room int64) streamPlan {
 	return p
 }
 
-// minStreamStart: no plan starts a stream before the staged content passes
+// minUploadStart: no plan starts a stream before the staged content passes
 // two parts of S3's minimum size (or the store's threshold, if lower).
-const minStreamStart = 2 * objstore.MinPartSize
+const minUploadStart = 2 * objstore.MinPartSize
 
 // cacheRoom is how many bytes of its filesystem the staging file f may
 // take: the blocks it holds plus the filesystem's free space (what an

@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// streamUpload uploads the staged content of a large file while it is being
-// written, and keeps the local disk it needs bounded, whatever the file's
+// partUpload uploads the staged content of a large file while it is being
+// written ("streaming" in log lines and metrics), and keeps the local disk it needs bounded, whatever the file's
 // size.
 //
 // Once the staged size passes the multipart threshold, every full part from
@@ -31,11 +31,11 @@ import (
 // muxer's box sizes, a WAV header) at no cost.
 //
 // Part sizes and the threshold are the store's, or smaller on a small cache
-// disk (planStream says how they are chosen, once, when the stream starts).
+// disk (planUpload says how they are chosen, once, when the upload starts).
 //
-// Local disk: once the staged content holds more than the stream's bound
+// Local disk: once the staged content holds more than the upload's bound
 // (Options.StreamStaging, or the room the cache disk had for the file when
-// the stream started, if less), parts already uploaded are released from the
+// the upload started, if less), parts already uploaded are released from the
 // staging file (a hole punched with fallocate(FALLOC_FL_PUNCH_HOLE)), oldest
 // first; a writer faster than the uploads waits for one to finish instead
 // of filling the disk; a write that finds the cache disk full releases
@@ -48,29 +48,29 @@ import (
 //
 // While nothing was released, anything that would make the published object
 // differ from a Put of the staged content — a write or truncate into a part
-// already sent, a metadata change, a failed part — drops the stream and the
+// already sent, a metadata change, a failed part — drops the upload and the
 // commit falls back to Put of the staging file. Once a part was released
-// that fallback is gone (streamfile.go says what happens then).
+// that fallback is gone (file_content_upload.go says what happens then).
 //
 // Streamed objects carry no mtime/ctime/atime metadata (they are fixed
 // before the writer finishes): their times are the object's Last-Modified,
 // the time of the Complete, with S3's one-second resolution.
 //
-// Locking: the fileNode's cmu is held by the callers of advance (write) and
+// Locking: the fileContent's body lock is held by the callers of advance (write) and
 // finish (read or write), so the frontier moves in step with the staging
 // file; part uploads read the staging file below the frontier without any
-// node lock (those bytes no longer change, or the stream is dropped first),
-// and only advance (under cmu write) punches holes.
-type streamUpload struct {
-	// Constant after newStreamUpload.
+// content lock (those bytes no longer change, or the upload is dropped
+// first), and only advance (under body write) punches holes.
+type partUpload struct {
+	// Constant after newPartUpload.
 	fsys    *filesystem
 	key     string
 	stage   *os.File
-	plan    streamPlan
-	ctx     context.Context // part uploads; cancelled with the mount, or when the stream is done
+	plan    uploadPlan
+	ctx     context.Context // part uploads; cancelled with the mount, or when the upload is done
 	cancel  context.CancelFunc
 	started chan struct{}     // closed once st or err is set by start
-	meta    map[string]string // the metadata the stream was started with
+	meta    map[string]string // the metadata the upload was started with
 
 	st  *fencing.Stream // set before started is closed; nil on failure
 	err error           // start's error, set before started is closed
@@ -113,9 +113,9 @@ const (
 	partReleased                  // uploaded and punched out of the staging file
 )
 
-// streamMeta is the metadata a streamed commit stores: the node's, minus
-// the times (see streamUpload).
-func streamMeta(meta map[string]string) map[string]string {
+// uploadMeta is the metadata a streamed commit stores: the node's, minus
+// the times (see partUpload).
+func uploadMeta(meta map[string]string) map[string]string {
 	out := maps.Clone(meta)
 	delete(out, metaMtime)
 	delete(out, metaCtime)
@@ -123,12 +123,12 @@ func streamMeta(meta map[string]string) map[string]string {
 	return out
 }
 
-// newStreamUpload starts the upload of key's staged content in the
+// newPartUpload starts the upload of key's staged content in the
 // background, split as plan says; base is the version the commit will be
 // conditioned on.
-func newStreamUpload(fsys *filesystem, key string, stage *os.File, plan streamPlan, base fencing.Version, meta map[string]string) *streamUpload {
+func newPartUpload(fsys *filesystem, key string, stage *os.File, plan uploadPlan, base fencing.Version, meta map[string]string) *partUpload {
 	ctx, cancel := context.WithCancel(fsys.ctx)
-	u := &streamUpload{
+	u := &partUpload{
 		fsys: fsys, key: key, stage: stage, plan: plan,
 		ctx: ctx, cancel: cancel, started: make(chan struct{}),
 		meta: meta, wake: make(chan struct{}), relFrom: 1,
@@ -148,8 +148,8 @@ func newStreamUpload(fsys *filesystem, key string, stage *os.File, plan streamPl
 }
 
 // wrote records that [off, end) of the staged content was written.
-// LOCKS_REQUIRED(node cmu, write)
-func (u *streamUpload) wrote(off, end int64) {
+// LOCKS_REQUIRED(content body, write)
+func (u *partUpload) wrote(off, end int64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if end <= u.filled || end <= off {
@@ -176,10 +176,10 @@ func (u *streamUpload) wrote(off, end int64) {
 // uploaded parts while the staging file holds more than limit bytes,
 // waiting for uploads in flight when none can be released yet (a writer
 // faster than the uploads). It returns the bytes it released; err is the
-// stream's failure (a part that could not be uploaded), which the caller
+// upload's failure (a part that could not be uploaded), which the caller
 // handles (dropped when nothing was released, else the file cannot be
-// stored). limit 0 releases all it can. LOCKS_REQUIRED(node cmu, write)
-func (u *streamUpload) advance(ctx context.Context, size, limit int64) (freed int64, err error) {
+// stored). limit 0 releases all it can. LOCKS_REQUIRED(content body, write)
+func (u *partUpload) advance(ctx context.Context, size, limit int64) (freed int64, err error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for !u.dropped && !u.sealed && u.failed == nil && len(u.slots) < objstore.MaxParts-1 {
@@ -228,11 +228,11 @@ func (u *streamUpload) advance(ctx context.Context, size, limit int64) (freed in
 }
 
 // sizeOf is the size of part number: the plan's part size, doubled every
-// 1000 parts while it stays within a quarter of the stream's bound, so that
+// 1000 parts while it stays within a quarter of the upload's bound, so that
 // S3's 10,000 parts hold a file of any size the bound lets through (with
 // 8 MiB parts and 256 MiB of staging, over 500 GB) and the staging file
 // still holds several parts. LOCKS_REQUIRED(u.mu)
-func (u *streamUpload) sizeOf(number int) int64 {
+func (u *partUpload) sizeOf(number int) int64 {
 	n := u.plan.part
 	for k := (number - 1) / 1000; k > 0 && 2*n <= u.plan.bound/4 && 2*n <= objstore.MaxPartSize; k-- {
 		n *= 2
@@ -242,7 +242,7 @@ func (u *streamUpload) sizeOf(number int) int64 {
 
 // releaseLocked punches slot i's bytes out of the staging file.
 // LOCKS_REQUIRED(u.mu)
-func (u *streamUpload) releaseLocked(i int) error {
+func (u *partUpload) releaseLocked(i int) error {
 	sl := &u.slots[i]
 	err := unix.Fallocate(int(u.stage.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, sl.off, sl.n)
 	if err != nil {
@@ -259,15 +259,15 @@ func (u *streamUpload) releaseLocked(i int) error {
 
 // hull returns the smallest range holding every released part ([0, 0):
 // none).
-func (u *streamUpload) hull() (lo, hi int64) {
+func (u *partUpload) hull() (lo, hi int64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.rel.lo, u.rel.hi
 }
 
 // below reports whether truncating the staged content to size would cut
-// into the parts dispatched. LOCKS_REQUIRED(node cmu, write)
-func (u *streamUpload) below(size int64) bool {
+// into the parts dispatched. LOCKS_REQUIRED(content body, write)
+func (u *partUpload) below(size int64) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return size < u.next || u.sealed && size != u.next
@@ -275,8 +275,8 @@ func (u *streamUpload) below(size int64) bool {
 
 // touches reports whether a change of the staged bytes in [off, end) would
 // alter a part already dispatched (the held first part is not: it is sent
-// by finish). LOCKS_REQUIRED(node cmu, write)
-func (u *streamUpload) touches(off, end int64) bool {
+// by finish). LOCKS_REQUIRED(content body, write)
+func (u *partUpload) touches(off, end int64) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.sealed {
@@ -289,7 +289,7 @@ func (u *streamUpload) touches(off, end int64) bool {
 }
 
 // dispatchLocked sends [off, off+n) as the next part. LOCKS_REQUIRED(u.mu)
-func (u *streamUpload) dispatchLocked(off, n int64) {
+func (u *partUpload) dispatchLocked(off, n int64) {
 	u.parts = append(u.parts, objstore.Part{})
 	u.slots = append(u.slots, partSlot{off, n, partSending})
 	u.next = max(u.next, off+n)
@@ -298,7 +298,7 @@ func (u *streamUpload) dispatchLocked(off, n int64) {
 }
 
 // send uploads [off, off+n) as part number in the background.
-func (u *streamUpload) send(number int, off, n int64) {
+func (u *partUpload) send(number int, off, n int64) {
 	u.inflight.Add(1)
 	go func() {
 		defer u.inflight.Done()
@@ -315,7 +315,7 @@ func (u *streamUpload) send(number int, off, n int64) {
 }
 
 // upload sends one part and records it.
-func (u *streamUpload) upload(number int, off, n int64) error {
+func (u *partUpload) upload(number int, off, n int64) error {
 	<-u.started
 	if u.st == nil {
 		return u.err
@@ -340,26 +340,26 @@ func (u *streamUpload) upload(number int, off, n int64) error {
 }
 
 // finish sends the held first part and the tail [next, size) as the last
-// part, waits for every part and returns them, or an error when the stream
+// part, waits for every part and returns them, or an error when the upload
 // cannot be committed. It may be called again (a commit redone): what was
-// sent is not sent again. LOCKS_REQUIRED(node cmu, read or write): the
+// sent is not sent again. LOCKS_REQUIRED(content body, read or write): the
 // staged content is stable.
-func (u *streamUpload) finish(ctx context.Context, size int64) ([]objstore.Part, error) {
+func (u *partUpload) finish(ctx context.Context, size int64) ([]objstore.Part, error) {
 	u.mu.Lock()
 	switch {
 	case u.dropped:
 		u.mu.Unlock()
-		return nil, fmt.Errorf("%w: dropped", errStreamUnusable)
+		return nil, fmt.Errorf("%w: dropped", errUploadUnusable)
 	case u.sealed && size != u.next:
 		u.mu.Unlock()
-		return nil, fmt.Errorf("%w: the content changed after its last part was sent", errStreamUnusable)
+		return nil, fmt.Errorf("%w: the content changed after its last part was sent", errUploadUnusable)
 	case size < u.next:
 		u.mu.Unlock()
-		return nil, fmt.Errorf("%w: the content shrank below the parts sent", errStreamUnusable)
+		return nil, fmt.Errorf("%w: the content shrank below the parts sent", errUploadUnusable)
 	case size > u.next:
 		if size-u.next > objstore.MaxPartSize {
 			u.mu.Unlock()
-			return nil, fmt.Errorf("%w: tail larger than a part may be", errStreamUnusable)
+			return nil, fmt.Errorf("%w: tail larger than a part may be", errUploadUnusable)
 		}
 		u.dispatchLocked(u.next, size-u.next)
 	}
@@ -380,20 +380,20 @@ func (u *streamUpload) finish(ctx context.Context, size int64) ([]objstore.Part,
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.failed != nil {
-		return nil, fmt.Errorf("%w: %w", errStreamUnusable, u.failed)
+		return nil, fmt.Errorf("%w: %w", errUploadUnusable, u.failed)
 	}
 	if len(u.parts) == 0 {
-		return nil, fmt.Errorf("%w: no parts", errStreamUnusable)
+		return nil, fmt.Errorf("%w: no parts", errUploadUnusable)
 	}
 	return append([]objstore.Part(nil), u.parts...), nil
 }
 
-// drop abandons the stream: parts not yet sent are skipped, and once the
+// drop abandons the upload: parts not yet sent are skipped, and once the
 // parts in flight have finished the upload is aborted, in the background.
 // (Parts in flight are not cancelled: the gateway keeps writing a part
 // whose request was cancelled, and one finishing after the abort revives
 // the upload.) Safe to call more than once.
-func (u *streamUpload) drop() {
+func (u *partUpload) drop() {
 	u.mu.Lock()
 	if u.dropped {
 		u.mu.Unlock()
@@ -413,9 +413,9 @@ func (u *streamUpload) drop() {
 	}()
 }
 
-// errStreamUnusable: finish cannot give the parts of the staged content (a
+// errUploadUnusable: finish cannot give the parts of the staged content (a
 // part failed, the content changed under the parts sent).
-var errStreamUnusable = errors.New("streamed upload unusable")
+var errUploadUnusable = errors.New("streamed upload unusable")
 
 // isNoSpace reports a staging write that failed for lack of space.
 func isNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }

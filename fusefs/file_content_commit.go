@@ -1,0 +1,209 @@
+package fusefs
+
+// Committing a file's content: its staged bytes (or, for metadata alone,
+// the unchanged bytes) through the Guard, conditioned on the version the
+// node came from. What close(2) and fsync(2) report is what commit returns.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
+)
+
+// commit stores the content's changes through the Guard: the staged bytes
+// (or the unchanged object when only metadata changed) with the node's
+// metadata, conditioned on the version the node came from (or on absence,
+// for a file this mount created). Nothing to commit is nil. metaLeft
+// reports that an upload while writing stored the metadata it was started
+// with, and the node's own is a pending attribute change now (the caller
+// stores it). LOCKS_REQUIRED(the owner's opMu)
+func (c *fileContent) commit(ctx context.Context) (metaLeft bool, err error) {
+	if done, err := c.resolveUnknown(ctx); done || err != nil {
+		if done {
+			c.dropSpent()
+		}
+		return false, err
+	}
+	metaLeft, err = c.commitStaged(ctx)
+	if err != nil {
+		return false, err
+	}
+	c.dropSpent()
+	return metaLeft, nil
+}
+
+// commitStaged is commit of the staged content.
+// LOCKS_REQUIRED(the owner's opMu)
+func (c *fileContent) commitStaged(ctx context.Context) (metaLeft bool, err error) {
+	c.body.RLock()
+	defer c.body.RUnlock()
+	p, err := c.snapshot()
+	if p == nil || err != nil {
+		return false, err
+	}
+	start := time.Now()
+	info, err := c.store(ctx, p)
+	if p.pending && errors.Is(err, errExist) {
+		// Another client created the name first: this file can never be
+		// stored there. Like an unlinked file it stays readable through
+		// its open handles, but the name now shows the other object, and
+		// later writes are dropped.
+		c.unlink()
+		c.owner.forgetName()
+		err = fmt.Errorf("%w: %v", fencing.ErrStale, err)
+	}
+	if wid := fencing.WriteIDOfUnknown(err); wid != "" {
+		c.mu.Lock()
+		c.unknownWID, c.unknownGen = wid, p.gen
+		c.mu.Unlock()
+	}
+	if err != nil {
+		return false, fmt.Errorf("commit %s: %w", p.key, err)
+	}
+	info = mergeInfo(info, p.key, p.size, p.meta)
+	c.fsys.log.Debug("committed", "key", p.key, "size", p.size, "etag", info.ETag, "took", time.Since(start))
+	attrs := attrsStored
+	if p.metaLeft {
+		attrs = attrsLeft
+	}
+	c.owner.stored(info, attrs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.state.set(stPending|stReplacing, false)
+	c.state.set(stSpent, c.holes.any()) // the bucket holds what the staging file lost
+	if c.gen == p.gen {
+		c.setCleanLocked()
+		if c.stage == nil {
+			c.fsys.untrack(c.owner)
+		}
+	}
+	return p.metaLeft, nil
+}
+
+// resolveUnknown asks the bucket whether the content's last commit whose
+// outcome was unknown landed after all (its write id is in the object's
+// metadata). If it did, the node takes that version as committed, and
+// done=true when nothing changed since; if it did not, the commit is
+// simply made again. LOCKS_REQUIRED(the owner's opMu)
+func (c *fileContent) resolveUnknown(ctx context.Context) (done bool, err error) {
+	c.mu.Lock()
+	wid, gen := c.unknownWID, c.unknownGen
+	c.mu.Unlock()
+	if wid == "" {
+		return false, nil
+	}
+	key, err := c.owner.keyOrErr()
+	if err != nil {
+		return false, nil // the name is gone: the commit drops the changes
+	}
+	info, landed, err := c.fsys.guard.Landed(ctx, key, wid)
+	if err != nil {
+		return false, fmt.Errorf("commit %s: the outcome of the last attempt is still unknown: %w", key, err)
+	}
+	c.mu.Lock()
+	c.unknownWID = ""
+	unchanged := c.gen == gen
+	c.mu.Unlock()
+	if !landed {
+		return false, nil
+	}
+	attrs := attrsKept // changed since: committed on top of what landed
+	if unchanged {
+		attrs = attrsStored
+	}
+	c.owner.stored(info, attrs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.up != nil { // the upload that landed
+		c.up.cancel()
+		c.up = nil
+	}
+	c.state.set(stPending|stReplacing, false)
+	c.state.set(stSpent, true) // if parts of the staging file were released
+	if c.gen != gen {
+		return false, nil
+	}
+	c.setCleanLocked()
+	return true, nil
+}
+
+// pendingCommit is what one commit stores, as the content was when it
+// began.
+type pendingCommit struct {
+	key                string
+	gen                uint64
+	size               int64
+	pending, replacing bool
+	metaLeft           bool // stored without the node's metadata (file_content_upload.go)
+	base               fencing.Version
+	meta               map[string]string
+	body               io.ReaderAt
+}
+
+// snapshot returns what the content's commit must store, nil when there
+// is nothing to store (clean, or the name is gone), or the error a commit
+// reports without trying (a failed staging write).
+// LOCKS_REQUIRED(c.body read)
+func (c *fileContent) snapshot() (*pendingCommit, error) {
+	if !c.flags().has(stDirty) {
+		return nil, nil
+	}
+	o := c.owner.origin(true)
+	c.mu.Lock()
+	if !c.state.has(stDirty) {
+		c.mu.Unlock()
+		return nil, nil
+	}
+	if c.state.has(stUnlinked) || o.key == "" {
+		c.unlinkLocked()
+		c.mu.Unlock()
+		return nil, nil
+	}
+	if err := c.stageErr; err != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("commit %s: not stored: %w; the file keeps its stored version once every descriptor is closed", o.key, err)
+	}
+	p := &pendingCommit{key: o.key, gen: c.gen, size: c.size, pending: c.state.has(stPending),
+		replacing: c.state.has(stReplacing), base: c.baseLocked(o), meta: o.meta, body: bytes.NewReader(nil)}
+	c.mu.Unlock()
+	if c.stage != nil {
+		p.body = c.stage
+	} else if p.size != 0 {
+		return nil, fmt.Errorf("commit %s: %d bytes but no staged content", o.key, p.size)
+	}
+	return p, nil
+}
+
+// store writes p through the Guard: through the content's upload when one
+// is in progress, else as a create (pending) or a Put on the base; a
+// whole-file replacement is the Guard's Replace, which may move it to the
+// current version (fencing/replace.go). p.meta becomes what was stored. A
+// staging file with released ranges is never Put.
+// LOCKS_REQUIRED(the owner's opMu, c.body read)
+func (c *fileContent) store(ctx context.Context, p *pendingCommit) (objstore.ObjectInfo, error) {
+	if c.stage != nil && p.size > 0 {
+		info, uploaded, err := c.commitUpload(ctx, p)
+		if uploaded && p.pending && errors.Is(err, fencing.ErrStale) {
+			err = fmt.Errorf("%w: %s was created concurrently (%v)", errExist, p.key, err)
+		}
+		if uploaded {
+			return info, err
+		}
+	}
+	g := c.fsys.guard
+	switch {
+	case c.holes.any():
+		return objstore.ObjectInfo{}, fmt.Errorf("%w: nothing stored", errUploadLost)
+	case p.replacing: // p.base is absent when pending: a create
+		return existErr(g.Replace(ctx, p.key, p.body, p.size, p.base, p.meta))
+	case p.pending:
+		return c.fsys.create(ctx, p.key, p.body, p.size, p.meta)
+	}
+	return g.Put(ctx, p.key, p.body, p.size, p.base, p.meta)
+}
