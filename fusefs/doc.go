@@ -31,20 +31,20 @@
 // whole file is committed with Guard.Put on flush (every close), fsync and
 // release — except a close while the only change is the open's own (empty
 // new file, O_TRUNC) and the closing process still holds the file through
-// another descriptor, as shell redirects and dd do (flush.go). The commit is conditioned on the version the mount read (on
+// another descriptor, as shell redirects and dd do (file_handle_dupclose.go). The commit is conditioned on the version the mount read (on
 // absence for a new file, on the tombstone for a file created over a deleted
 // key): fsync and close succeed only when the data is stored under an epoch
 // that was still valid, and report the failure otherwise. A new file is
 // written at its first close, so create-write-close is one PUT; a large
 // file written sequentially is uploaded while it is written (its parts go
 // out as the writer passes them, the close sends the first part, the tail
-// and the Complete through Guard.CommitStream; see stream.go), falling back
+// and the Complete through Guard.CommitStream; see file_upload.go), falling back
 // to one Put of the staging file whenever the stream no longer matches it.
 // Past Options.StreamStaging (or the cache disk's room, if less), uploaded
 // parts leave the staging file, so a file of any size needs bounded local
 // disk (three parts, sized to the cache disk, down to S3's 5 MiB minimum:
-// streamplan.go); such a file then accepts only sequential writes (ESPIPE
-// otherwise; streamfile.go states the rules); O_EXCL creates the empty
+// file_upload_plan.go); such a file then accepts only sequential writes (ESPIPE
+// otherwise; file_content_upload.go states the rules); O_EXCL creates the empty
 // object at once, so exclusivity holds across mounts.
 // chmod, chown, utimens and setxattr are a server-side self-copy with new
 // metadata (or ride along with pending content). Unlink and rmdir are
@@ -57,7 +57,7 @@
 //
 // Reads are GETs pinned to the ETag the node holds (a changed object reads
 // as ESTALE once the handle returned bytes, never as a mix of versions; a
-// handle that returned none moves to the current version, replace.go): a sequential reader gets one
+// handle that returned none moves to the current version, file_handle_rebase.go): a sequential reader gets one
 // streaming GET from its position to the end, read ahead into pooled 1 MiB
 // buffers (2 MiB ahead, growing to 16 MiB) that READ replies point into
 // without a copy; random reads are one ranged GET each (readahead.go,

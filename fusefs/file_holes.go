@@ -3,9 +3,9 @@ package fusefs
 // holes is what a streamed upload released (punched out) of a staging
 // file once uploaded: bytes in all, and [lo, hi), the smallest range
 // holding them (hi 0: nothing was released, the staging file holds the
-// whole content). The upload keeps the holes it punched (stream.go); the
+// whole content). The upload keeps the holes it punched (file_upload.go); the
 // node keeps those of its staging file, which outlive the upload until
-// the staging file is truncated to 0 or dropped (streamfile.go).
+// the staging file is truncated to 0 or dropped (file_content_upload.go).
 type holes struct {
 	bytes, lo, hi int64
 }

@@ -48,14 +48,14 @@ type filesystem struct {
 	// (Options.UploadConcurrency): send to take a slot.
 	uploadSlots chan struct{}
 	// noPunch: the cache directory cannot punch holes; streamed files
-	// keep their whole content (stream.go).
+	// keep their whole content (file_upload.go).
 	noPunch atomic.Bool
 
 	// capturedGets counts the GETs sent at open that still serve their
-	// handle (capture.go), bounded by maxCapturedGets.
+	// handle (file_capture.go), bounded by maxCapturedGets.
 	capturedGets atomic.Int64
 	// refused remembers the opens refused for a superseded node until the
-	// kernel's retry of each (capture.go).
+	// kernel's retry of each (file_capture.go).
 	refused openRefusals
 
 	// Counters for metrics (atomic).
@@ -72,10 +72,10 @@ type filesystem struct {
 	// leadingSince is when the mount became the active leader it still is
 	// (Unix nanoseconds), 0 while it is not (activate.go).
 	leadingSince atomic.Int64
-	// mntID is the kernel's id of the mount (flush.go); 0 if unknown.
+	// mntID is the kernel's id of the mount (file_handle_dupclose.go); 0 if unknown.
 	mntID atomic.Int64
 	// mountDir is the mountpoint, set by Mount before the kernel mount
-	// serves: where flush.go looks mntID up when a FLUSH arrives before
+	// serves: where file_handle_dupclose.go looks mntID up when a FLUSH arrives before
 	// Mount stored it.
 	mountDir string
 

@@ -21,11 +21,11 @@ type metrics struct {
 	// committed, fallback (uploaded whole with Put instead), failed.
 	streamed *prometheus.CounterVec
 	// readRebases counts reads that moved to the object's current version
-	// instead of failing ESTALE (replace.go); activations counts the times
+	// instead of failing ESTALE (file_handle_rebase.go); activations counts the times
 	// this mount became the leader and forgot what it had cached (activate.go).
 	readRebases prometheus.Counter
 	// superseded counts nodes whose version was replaced in the bucket
-	// while handles read it: their name moved to a new inode (capture.go).
+	// while handles read it: their name moved to a new inode (file_capture.go).
 	superseded   prometheus.Counter
 	activations  prometheus.Counter
 	prefetchHits prometheus.Counter

@@ -44,7 +44,7 @@ type node interface {
 	// unless the node is gone or pinned (Getattr).
 	refresh(ctx context.Context) error
 	// goneLocked: the node gave up its name here (unlinked; a file also
-	// when superseded, capture.go), so a lookup does not reuse it.
+	// when superseded, file_capture.go), so a lookup does not reuse it.
 	goneLocked() bool
 	// pinnedLocked: state the store does not have (open handles,
 	// uncommitted changes, an unlink) pins the cached version: nothing

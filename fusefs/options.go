@@ -110,9 +110,9 @@ type Options struct {
 	FsName string
 	// StreamStaging is the most local disk a file written sequentially
 	// keeps in its staging file once it is streamed: parts already
-	// uploaded beyond it are released (stream.go, streamfile.go); a
+	// uploaded beyond it are released (file_upload.go, file_content_upload.go); a
 	// stream bounds itself further by the room its cache disk had when it
-	// started (streamplan.go). Zero means 256 MiB; negative: only that
+	// started (file_upload_plan.go). Zero means 256 MiB; negative: only that
 	// room bounds it (parts are released once the cache disk is full).
 	StreamStaging int64
 	// UploadConcurrency is how many parts of files being written are

@@ -93,7 +93,7 @@ type stream struct {
 	start, end int64
 	ctx        context.Context // cancelled by close: stops the GET
 	stop       context.CancelFunc
-	// body, when not nil, is the answer of a GET sent at open (capture.go),
+	// body, when not nil, is the answer of a GET sent at open (file_capture.go),
 	// which produce reads instead of sending its own.
 	body io.ReadCloser
 	done chan struct{} // closed when the producer goroutine has returned
@@ -135,7 +135,7 @@ func (r *reader) newStreamLocked(key string, off int64) *stream {
 
 // adopt makes body, the answer of a GET of the whole version sent at open
 // with ctx (whose cancel is stop), the reader's stream from 0
-// (capture.go). The reader then owns body.
+// (file_capture.go). The reader then owns body.
 func (r *reader) adopt(key string, body io.ReadCloser, ctx context.Context, stop context.CancelFunc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -163,7 +163,7 @@ func staleCommitsFail(t *testing.T, gw *gateway.Gateway, bucket string, a *harne
 
 // abortWithin bounds how long after a failed commit's close its upload may
 // still be there: a streamed upload is aborted in the background once its
-// parts in flight have ended (fusefs/stream.go), each within the idle
+// parts in flight have ended (fusefs/file_upload.go), each within the idle
 // timeout (10 s), the abort within its own budget.
 const abortWithin = 45 * time.Second
 

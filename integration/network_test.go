@@ -297,7 +297,7 @@ func TestTransientAnswersReachTheApplicationAsEIO(t *testing.T) {
 
 // TestAReaderMountFailsFastWhileTheStorageIsDown: on a mount that does not
 // lead, an open sends the GET that captures the version it reads
-// (fusefs/capture.go). With the link to the storage cut, a read of a file
+// (fusefs/file_capture.go). With the link to the storage cut, a read of a file
 // the kernel still knows fails with EIO, the next one at once (the open's
 // GET is part of the call and waits for no second check), and after healing
 // the read returns the file.

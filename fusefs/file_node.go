@@ -15,7 +15,7 @@ import (
 var _ node = (*fileNode)(nil)
 
 // goneLocked: unlinked here, or superseded (its name moves to a new node,
-// capture.go). LOCKS_REQUIRED(n.mu)
+// file_capture.go). LOCKS_REQUIRED(n.mu)
 func (n *fileNode) goneLocked() bool { return n.superseded || n.c.flags().has(stUnlinked) }
 
 // pinnedLocked is localStateLocked. LOCKS_REQUIRED(n.mu)

@@ -30,13 +30,13 @@ type fileHandle struct {
 	mu sync.Mutex
 	rd *reader // GUARDED_BY(mu): ranged reads from the store, created on first read
 	// delivered counts the bytes read from the store through rd; a read
-	// that delivered none may move to a newer version (replace.go).
+	// that delivered none may move to a newer version (file_handle_rebase.go).
 	delivered int64 // GUARDED_BY(mu)
 	// keepCache: opened with FOPEN_KEEP_CACHE (the kernel may serve pages
 	// of the pinned version without asking): never moves to another version.
 	keepCache bool
 	// key is the object's key at open: the reads of a superseded node,
-	// which is no longer in the tree, use it (capture.go).
+	// which is no longer in the tree, use it (file_capture.go).
 	key string
 }
 
@@ -169,7 +169,7 @@ var _ = (fs.FileFlusher)((*fileHandle)(nil))
 
 // Flush (every close(2) of a descriptor) commits pending changes; its error
 // is what close returns.
-// One exception, for shell redirects and dd (see flush.go): nothing is
+// One exception, for shell redirects and dd (see file_handle_dupclose.go): nothing is
 // committed while the only change is the open's own and the closing
 // process still holds the file through another descriptor.
 func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {

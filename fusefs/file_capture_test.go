@@ -26,7 +26,7 @@ func (b countingBody) Read(p []byte) (int, error) {
 }
 
 // TestAStreamAdoptedAtOpenServesTheVersionItCaptured: a GET sent at open
-// (capture.go) serves the handle's sequential reads of that version to the
+// (file_capture.go) serves the handle's sequential reads of that version to the
 // end, even when the object is replaced before the first read; it reads
 // nothing before the first read, and its end frees its slot.
 func TestAStreamAdoptedAtOpenServesTheVersionItCaptured(t *testing.T) {
@@ -75,7 +75,7 @@ func TestAStreamAdoptedAtOpenServesTheVersionItCaptured(t *testing.T) {
 // open, the same thread's lookups of the key need a node of their own until
 // one was given (and then only for another node), the open succeeded, or
 // refusalWindow passed; other threads' and other keys' lookups never do
-// (capture.go).
+// (file_capture.go).
 func TestARefusedOpenGivesItsThreadsLookupsANodeOfItsOwn(t *testing.T) {
 	caller := func(tid uint32) context.Context {
 		return fuse.NewContext(context.Background(), &fuse.Caller{Pid: tid})

@@ -54,7 +54,7 @@ func writeInChunks(t *testing.T, m *testMount, f *os.File, data []byte) int64 {
 // staging bound written front to back on a real mount: it is stored whole
 // while the mount never held more than the bound (and the write in
 // progress), and each access the released parts no longer allow gets the
-// documented answer (streamfile.go): a patch of the first part works, a
+// documented answer (file_content_upload.go): a patch of the first part works, a
 // write, truncate or read below the released parts is ESPIPE, a refused
 // write keeps the previous version in the bucket and leaves no upload, a
 // chmod while writing is stored with the content, a whole-file rewrite
@@ -163,7 +163,7 @@ func (c streamedCase) check(t *testing.T, k *kt, m *testMount, key string, old [
 }
 
 // seekBackCases are the accesses below the parts a streamed file released
-// (streamfile.go's rules): refused, except a truncate to 0 and reads of
+// (file_content_upload.go's rules): refused, except a truncate to 0 and reads of
 // what is still local.
 func seekBackCases(m *testMount, data []byte) []streamedCase {
 	return []streamedCase{
