@@ -120,7 +120,7 @@ func (fsys *filesystem) controlSet(ctx context.Context, name string, value []byt
 		}
 		return fmt.Errorf("%w: %s is read-only", errPerm, name)
 	}
-	if fsys.opts.ReadOnly || fsys.guard == nil {
+	if fsys.opts.Access.ReadOnly || fsys.guard == nil {
 		return fmt.Errorf("%w: mounted read-only, cannot bind a token", fencing.ErrReadOnly)
 	}
 	tok, err := fencing.ParseToken(string(value))

@@ -156,7 +156,7 @@ func (fsys *filesystem) mutctx(ctx context.Context) (context.Context, context.Ca
 // only gives the right errno early (for example at open(O_WRONLY) rather
 // than at close).
 func (fsys *filesystem) checkWritable(op string) error {
-	if fsys.opts.ReadOnly || fsys.guard == nil {
+	if fsys.opts.Access.ReadOnly || fsys.guard == nil {
 		return fmt.Errorf("%w: mounted read-only", fencing.ErrReadOnly)
 	}
 	st, err := fsys.guard.Admit(op)

@@ -103,7 +103,7 @@ func serveMain() int {
 		Store: store, Guard: guard, Prefix: c.Prefix, FenceDomain: c.Domain, CacheDir: c.CacheDir,
 		UID: uint32(os.Getuid()), GID: uint32(os.Getgid()),
 		AttrTTL: c.AttrTTL, EntryTTL: c.EntryTTL, MetaCacheTTL: c.MetaTTL, LeaderCacheTTL: c.LeaderCacheTTL,
-		ReadOnly: c.ReadOnly, MaxDirRename: c.MaxDirRename, StreamStaging: c.StreamStaging, Logger: log, Debug: c.Debug,
+		Access: Access{ReadOnly: c.ReadOnly}, MaxDirRename: c.MaxDirRename, StreamStaging: c.StreamStaging, Logger: log, Debug: c.Debug,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serve: mount:", err)

@@ -60,7 +60,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	attrTTL, entryTTL := opts.AttrTTL, opts.EntryTTL
 	fopts := &fs.Options{
 		MountOptions: fuse.MountOptions{
-			AllowOther:   opts.AllowOther,
+			AllowOther:   opts.Access.AllowOther,
 			Options:      mountFlags(opts),
 			FsName:       opts.FsName,
 			Name:         "fencefs",
@@ -105,7 +105,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	// returned even if ctx ended meanwhile, and the caller stops it the
 	// normal way (flush, unmount).
 	fsys.log.Info("mounted", "mountpoint", mountpoint, "prefix", opts.Prefix,
-		"state", fsys.status().State, "read_only", opts.ReadOnly)
+		"state", fsys.status().State, "read_only", opts.Access.ReadOnly)
 	return m, nil
 }
 
@@ -113,7 +113,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 // checks are the kernel's (default_permissions, as the FUSE documentation
 // recommends for multi-user mounts) and always on with allow_other.
 func mountFlags(opts Options) []string {
-	if opts.AllowOther || opts.DefaultPermissions {
+	if opts.Access.AllowOther || opts.Access.DefaultPermissions {
 		return []string{"default_permissions"}
 	}
 	return nil

@@ -371,7 +371,7 @@ func (b *nodeBase) updateMetaRemote(ctx context.Context, mutate func(*posixAttr)
 // asked for.
 func setattrMutation(ctx context.Context, in *fuse.SetAttrIn) (func(*posixAttr) error, bool) {
 	ch := changeOf(in)
-	if !ch.hasMode && !ch.hasUID && !ch.hasGID && !ch.hasMtime && !ch.hasAtime {
+	if !ch.set.has(chMode | chUID | chGID | chMtime | chAtime) {
 		return nil, false
 	}
 	c := callerOf(ctx)
@@ -383,19 +383,19 @@ func setattrMutation(ctx context.Context, in *fuse.SetAttrIn) (func(*posixAttr) 
 			return err
 		}
 		killPrivOnChown(ch, a)
-		if ch.hasMode {
+		if ch.set.has(chMode) {
 			a.Mode = mode
 		}
-		if ch.hasUID {
+		if ch.set.has(chUID) {
 			a.UID = ch.uid
 		}
-		if ch.hasGID {
+		if ch.set.has(chGID) {
 			a.GID = ch.gid
 		}
-		if ch.hasMtime {
+		if ch.set.has(chMtime) {
 			a.Mtime = mtime
 		}
-		if ch.hasAtime {
+		if ch.set.has(chAtime) {
 			a.Atime = atime
 		}
 		a.Ctime = time.Now()

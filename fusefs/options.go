@@ -88,23 +88,12 @@ type Options struct {
 	// durability point). Zero stores each before the call returns.
 	AttrWriteback time.Duration
 
-	// ReadOnly refuses every mutation with EROFS (including token binding).
-	ReadOnly bool
 	// MaxDirRename is the largest number of objects a directory rename may
 	// copy; beyond it rename fails with EXDEV (mv then copies file by file).
 	// 0 refuses every directory rename; negative means no limit.
 	MaxDirRename int
-	// AllowOther lets other users access the mount. It implies
-	// DefaultPermissions: with other users on the mount, permission checks
-	// are never off.
-	AllowOther bool
-	// DefaultPermissions mounts with the kernel's default_permissions: the
-	// kernel checks every access (open, create, unlink, rename, chmod,
-	// chown, the sticky bit …) against the mode, uid and gid that getattr
-	// reports, which are the ones stored in the object's metadata (or the
-	// mount's defaults). Without it the mounting user, the only one who can
-	// enter the mount, is not checked.
-	DefaultPermissions bool
+	// Access is who may do what on the mount.
+	Access Access
 	// FsName is the source shown in /proc/mounts (default "fencefs"); the
 	// type is always fuse.fencefs.
 	FsName string
@@ -141,11 +130,29 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
+// Access is who may do what on a mount: the mount options ro, allow_other
+// and default_permissions.
+type Access struct {
+	// ReadOnly refuses every mutation with EROFS (including token binding).
+	ReadOnly bool
+	// AllowOther lets other users access the mount. It implies
+	// DefaultPermissions: with other users on the mount, permission checks
+	// are never off.
+	AllowOther bool
+	// DefaultPermissions mounts with the kernel's default_permissions: the
+	// kernel checks every access (open, create, unlink, rename, chmod,
+	// chown, the sticky bit …) against the mode, uid and gid that getattr
+	// reports, which are the ones stored in the object's metadata (or the
+	// mount's defaults). Without it the mounting user, the only one who can
+	// enter the mount, is not checked.
+	DefaultPermissions bool
+}
+
 func (o *Options) normalize() error {
 	if o.Store == nil {
 		return fmt.Errorf("fusefs: Options.Store is required")
 	}
-	if o.Guard == nil && !o.ReadOnly {
+	if o.Guard == nil && !o.Access.ReadOnly {
 		return fmt.Errorf("fusefs: Options.Guard is required unless ReadOnly")
 	}
 	if o.Prefix != "" && !strings.HasSuffix(o.Prefix, "/") {

@@ -85,21 +85,46 @@ func procGroups(pid uint32) ([]uint32, error) {
 
 // setattrChange is the metadata part of one SETATTR request.
 type setattrChange struct {
-	mode, uid, gid          uint32
-	hasMode, hasUID, hasGID bool
-	hasMtime, hasAtime      bool
-	mtimeNow, atimeNow      bool // UTIME_NOW (the kernel sends the flag, go-fuse the time)
+	mode, uid, gid uint32
+	set            setattrFields // what the call changes
 }
+
+// setattrFields is the set of attributes one SETATTR changes.
+type setattrFields uint8
+
+const (
+	chMode setattrFields = 1 << iota
+	chUID
+	chGID
+	chMtime
+	chAtime
+	chMtimeNow // UTIME_NOW (the kernel sends the flag, go-fuse the time)
+	chAtimeNow
+)
+
+// has reports whether one of the fields of f is set.
+func (s setattrFields) has(f setattrFields) bool { return s&f != 0 }
 
 func changeOf(in *fuse.SetAttrIn) setattrChange {
 	var ch setattrChange
-	ch.mode, ch.hasMode = in.GetMode()
-	ch.uid, ch.hasUID = in.GetUID()
-	ch.gid, ch.hasGID = in.GetGID()
-	_, ch.hasMtime = in.GetMTime()
-	_, ch.hasAtime = in.GetATime()
-	ch.mtimeNow = in.Valid&fuse.FATTR_MTIME_NOW != 0
-	ch.atimeNow = in.Valid&fuse.FATTR_ATIME_NOW != 0
+	mark := func(f setattrFields, ok bool) {
+		if ok {
+			ch.set |= f
+		}
+	}
+	var ok bool
+	ch.mode, ok = in.GetMode()
+	mark(chMode, ok)
+	ch.uid, ok = in.GetUID()
+	mark(chUID, ok)
+	ch.gid, ok = in.GetGID()
+	mark(chGID, ok)
+	_, ok = in.GetMTime()
+	mark(chMtime, ok)
+	_, ok = in.GetATime()
+	mark(chAtime, ok)
+	mark(chMtimeNow, in.Valid&fuse.FATTR_MTIME_NOW != 0)
+	mark(chAtimeNow, in.Valid&fuse.FATTR_ATIME_NOW != 0)
 	return ch
 }
 
@@ -120,26 +145,26 @@ func checkSetattr(c caller, ch setattrChange, a posixAttr) (uint32, error) {
 		return mode, nil
 	}
 	owner := c.uid == a.UID
-	if ch.hasUID && !(owner && ch.uid == a.UID) {
+	if ch.set.has(chUID) && !(owner && ch.uid == a.UID) {
 		return 0, fmt.Errorf("%w: only root changes the owner", errPerm)
 	}
-	if ch.hasGID && !(owner && (ch.gid == a.GID || c.inGroup(ch.gid))) {
+	if ch.set.has(chGID) && !(owner && (ch.gid == a.GID || c.inGroup(ch.gid))) {
 		return 0, fmt.Errorf("%w: the group changes only to a group the owner is in", errPerm)
 	}
-	if ch.hasMode {
+	if ch.set.has(chMode) {
 		if !owner && !onlyDropsPriv(a.Mode, mode) {
 			return 0, fmt.Errorf("%w: only the owner changes the mode", errPerm)
 		}
 		gid := a.GID
-		if ch.hasGID {
+		if ch.set.has(chGID) {
 			gid = ch.gid
 		}
 		if mode&syscall.S_ISGID != 0 && !c.inGroup(gid) {
 			mode &^= syscall.S_ISGID
 		}
 	}
-	if (ch.hasMtime || ch.hasAtime) && !owner {
-		explicit := (ch.hasMtime && !ch.mtimeNow) || (ch.hasAtime && !ch.atimeNow)
+	if (ch.set.has(chMtime) || ch.set.has(chAtime)) && !owner {
+		explicit := (ch.set.has(chMtime) && !ch.set.has(chMtimeNow)) || (ch.set.has(chAtime) && !ch.set.has(chAtimeNow))
 		if explicit {
 			return 0, fmt.Errorf("%w: only the owner sets explicit times", errPerm)
 		}
@@ -174,7 +199,7 @@ func (c caller) mayWrite(a posixAttr) bool {
 // non-directory whose owner or group changes without a new mode in the
 // same request, as Linux does for every caller (root included).
 func killPrivOnChown(ch setattrChange, a *posixAttr) {
-	if ch.hasMode || !(ch.hasUID || ch.hasGID) || a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+	if ch.set.has(chMode) || !(ch.set.has(chUID) || ch.set.has(chGID)) || a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		return
 	}
 	a.Mode &^= syscall.S_ISUID

@@ -26,11 +26,11 @@ func TestSetattrFollowsLinuxOwnershipRules(t *testing.T) {
 	stranger := caller{uid: other, gid: othergrp, known: true}
 	ownOutsideGroup := caller{uid: owner, gid: othergrp, known: true}
 
-	mode := func(m uint32) setattrChange { return setattrChange{mode: m, hasMode: true} }
-	chown := func(u uint32) setattrChange { return setattrChange{uid: u, hasUID: true} }
-	chgrp := func(g uint32) setattrChange { return setattrChange{gid: g, hasGID: true} }
-	explicitTimes := setattrChange{hasMtime: true, hasAtime: true}
-	nowTimes := setattrChange{hasMtime: true, hasAtime: true, mtimeNow: true, atimeNow: true}
+	mode := func(m uint32) setattrChange { return setattrChange{mode: m, set: chMode} }
+	chown := func(u uint32) setattrChange { return setattrChange{uid: u, set: chUID} }
+	chgrp := func(g uint32) setattrChange { return setattrChange{gid: g, set: chGID} }
+	explicitTimes := setattrChange{set: chMtime | chAtime}
+	nowTimes := setattrChange{set: chMtime | chAtime | chMtimeNow | chAtimeNow}
 
 	cases := []struct {
 		name     string
@@ -38,7 +38,7 @@ func TestSetattrFollowsLinuxOwnershipRules(t *testing.T) {
 		ch       setattrChange
 		a        posixAttr
 		wantErr  error
-		wantMode uint32 // checked when ch.hasMode and no error
+		wantMode uint32 // checked when ch.set.has(chMode) and no error
 	}{
 		{"root gives a file away", root, chown(other), file, nil, 0},
 		{"the owner cannot give a file away", own, chown(other), file, errPerm, 0},
@@ -68,7 +68,7 @@ func TestSetattrFollowsLinuxOwnershipRules(t *testing.T) {
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)
 			}
-			if err == nil && tc.ch.hasMode && got != tc.wantMode {
+			if err == nil && tc.ch.set.has(chMode) && got != tc.wantMode {
 				t.Fatalf("mode = %#o, want %#o", got, tc.wantMode)
 			}
 		})
@@ -85,12 +85,12 @@ func TestChownDropsSetIDBitsOfNonDirectories(t *testing.T) {
 		mode uint32
 		want uint32
 	}{
-		{"chown clears suid and sgid of an executable", setattrChange{hasUID: true}, syscall.S_IFREG | 0o6755, syscall.S_IFREG | 0o755},
-		{"chgrp clears them too", setattrChange{hasGID: true}, syscall.S_IFREG | 0o6755, syscall.S_IFREG | 0o755},
-		{"sgid without group exec is mandatory locking: kept", setattrChange{hasUID: true}, syscall.S_IFREG | 0o6745, syscall.S_IFREG | 0o2745},
-		{"directories keep them", setattrChange{hasUID: true}, syscall.S_IFDIR | 0o6755, syscall.S_IFDIR | 0o6755},
-		{"a chown with a mode sets that mode instead", setattrChange{hasUID: true, hasMode: true}, syscall.S_IFREG | 0o6755, syscall.S_IFREG | 0o6755},
-		{"times alone change nothing", setattrChange{hasMtime: true}, syscall.S_IFREG | 0o6755, syscall.S_IFREG | 0o6755},
+		{"chown clears suid and sgid of an executable", setattrChange{set: chUID}, syscall.S_IFREG | 0o6755, syscall.S_IFREG | 0o755},
+		{"chgrp clears them too", setattrChange{set: chGID}, syscall.S_IFREG | 0o6755, syscall.S_IFREG | 0o755},
+		{"sgid without group exec is mandatory locking: kept", setattrChange{set: chUID}, syscall.S_IFREG | 0o6745, syscall.S_IFREG | 0o2745},
+		{"directories keep them", setattrChange{set: chUID}, syscall.S_IFDIR | 0o6755, syscall.S_IFDIR | 0o6755},
+		{"a chown with a mode sets that mode instead", setattrChange{set: chUID | chMode}, syscall.S_IFREG | 0o6755, syscall.S_IFREG | 0o6755},
+		{"times alone change nothing", setattrChange{set: chMtime}, syscall.S_IFREG | 0o6755, syscall.S_IFREG | 0o6755},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,7 +137,7 @@ func TestSetattrMutationReadsUtimeNow(t *testing.T) {
 	in.Valid = fuse.FATTR_MTIME | fuse.FATTR_MTIME_NOW | fuse.FATTR_ATIME
 	in.Atime = uint64(time.Unix(5, 0).Unix())
 	ch := changeOf(in)
-	if !ch.hasMtime || !ch.mtimeNow || !ch.hasAtime || ch.atimeNow {
+	if !ch.set.has(chMtime) || !ch.set.has(chMtimeNow) || !ch.set.has(chAtime) || ch.set.has(chAtimeNow) {
 		t.Fatalf("change = %+v, want mtime now and an explicit atime", ch)
 	}
 }

@@ -34,15 +34,17 @@ func fusefsOptions(cfg *config.Config, store objstore.Store, guard *fencing.Guar
 		// HEADs ahead of the lookups after a listing: cheap requests,
 		// more of them than parts in flight.
 		PrefetchConcurrency: 4 * cfg.S3.Concurrency,
-		ReadOnly:            cfg.Mount.ReadOnly,
-		MaxDirRename:        cfg.Mount.MaxDirRename,
-		AllowOther:          cfg.Mount.AllowOther,
-		DefaultPermissions:  cfg.Mount.DefaultPermissions,
-		UploadConcurrency:   cfg.S3.Concurrency,
-		StreamStaging:       streamStaging(cfg.Mount.StreamStagingMiB),
-		FsName:              fsName,
-		Logger:              log,
-		Registerer:          reg,
+		Access: fusefs.Access{
+			ReadOnly:           cfg.Mount.ReadOnly,
+			AllowOther:         cfg.Mount.AllowOther,
+			DefaultPermissions: cfg.Mount.DefaultPermissions,
+		},
+		MaxDirRename:      cfg.Mount.MaxDirRename,
+		UploadConcurrency: cfg.S3.Concurrency,
+		StreamStaging:     streamStaging(cfg.Mount.StreamStagingMiB),
+		FsName:            fsName,
+		Logger:            log,
+		Registerer:        reg,
 	}
 	if guard != nil {
 		o.Guard = guard
