@@ -3,7 +3,7 @@ package fusefs
 // One implementation of statfs and of the extended attributes for every
 // kind of node (files, directories, symlinks, special files): methods of
 // the shared nodeBase, promoted to each node type. What differs is how a
-// metadata change is stored (nodeBase.metaUpdate: a file with uncommitted
+// metadata change is stored (node.updateMeta: a file with uncommitted
 // changes keeps it with them, every other node writes it at once) and the
 // mount root's control attributes (control.go).
 
@@ -13,7 +13,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -69,7 +68,7 @@ func (b *nodeBase) Setxattr(ctx context.Context, attr string, data []byte, flags
 	}
 	mutate, err := xattrSetMutation(attr, data, flags)
 	if err == nil {
-		err = b.metaUpdate(ctx, mutate)
+		err = nodeOf(b.ino).updateMeta(ctx, mutate)
 	}
 	return b.fsys.mutationErrno(ctx, "setxattr", k, err)
 }
@@ -84,7 +83,7 @@ func (b *nodeBase) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	}
 	mutate, err := xattrRemoveMutation(attr)
 	if err == nil {
-		err = b.metaUpdate(ctx, mutate)
+		err = nodeOf(b.ino).updateMeta(ctx, mutate)
 	}
 	return b.fsys.mutationErrno(ctx, "removexattr", k, err)
 }
@@ -95,43 +94,3 @@ func (b *nodeBase) userXattrsAllowed() error {
 	}
 	return nil
 }
-
-// setattrNow applies the chmod, chown and utimens of a node without content
-// of its own to stage (a symlink, a special file: what names the kind in
-// errors) as a pending attribute change (attrwb.go); a size change is
-// EINVAL. fill then reports the attributes in out.
-func (b *nodeBase) setattrNow(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut, what string, fill func(*fuse.Attr)) syscall.Errno {
-	ctx, cancel := b.fsys.mutctx(ctx)
-	defer cancel()
-	var err error
-	if _, ok := in.GetSize(); ok {
-		err = fmt.Errorf("%w: truncate of %s", errInvalid, what)
-	} else if mutate, ok := setattrMutation(ctx, in); ok {
-		err = b.deferAttr(ctx, mutate)
-	}
-	if err != nil {
-		key, _ := b.key()
-		return b.fsys.mutationErrno(ctx, "setattr", key, err)
-	}
-	fill(&out.Attr)
-	return 0
-}
-
-// updateMetaNow is the metaUpdate of nodes that keep no uncommitted
-// changes: the change is stored at once (a self-copy, or the marker of an
-// implicit directory).
-func (b *nodeBase) updateMetaNow(ctx context.Context, mutate func(*posixAttr) error) error {
-	b.opMu.Lock()
-	defer b.opMu.Unlock()
-	return b.updateMetaRemote(ctx, mutate)
-}
-
-// Every node type serves statfs and the extended attributes through
-// nodeBase.
-var (
-	_ = []fs.NodeStatfser{(*fileNode)(nil), (*dirNode)(nil), (*symlinkNode)(nil), (*specialNode)(nil)}
-	_ = []fs.NodeGetxattrer{(*fileNode)(nil), (*dirNode)(nil), (*symlinkNode)(nil), (*specialNode)(nil)}
-	_ = []fs.NodeListxattrer{(*fileNode)(nil), (*dirNode)(nil), (*symlinkNode)(nil), (*specialNode)(nil)}
-	_ = []fs.NodeSetxattrer{(*fileNode)(nil), (*dirNode)(nil), (*symlinkNode)(nil), (*specialNode)(nil)}
-	_ = []fs.NodeRemovexattrer{(*fileNode)(nil), (*dirNode)(nil), (*symlinkNode)(nil), (*specialNode)(nil)}
-)

@@ -36,7 +36,7 @@ import (
 
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
-	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -126,9 +126,9 @@ func (w *attrWriteback) run(ctx context.Context) {
 	}
 }
 
-// flushAll stores every pending change now (unmount), returning the
+// storeAll stores every pending change now (unmount), returning the
 // errors of those that failed.
-func (w *attrWriteback) flushAll(ctx context.Context) error {
+func (w *attrWriteback) storeAll(ctx context.Context) error {
 	due, _ := w.take(time.Now(), true)
 	return w.store(ctx, due, false)
 }
@@ -156,27 +156,13 @@ func (w *attrWriteback) store(ctx context.Context, nodes []*nodeBase, background
 	return g.Wait()
 }
 
-var _ = (fs.NodeFsyncer)((*dirNode)(nil))
-
-// Fsync of a directory stores its pending attribute change (attrwb.go);
-// its entries are stored when they change.
-func (d *dirNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	ctx, cancel := d.fsys.mutctx(ctx)
-	defer cancel()
-	if err := d.storePendingAttr(ctx); err != nil {
-		key, _ := d.key()
-		return d.fsys.mutationErrno(ctx, "fsync", key, err)
-	}
-	return 0
-}
-
 // deferAttr applies mutate to the node's attributes now and schedules
 // storing them (see the top of this file). It fails, storing nothing, when
 // the mount cannot write, the node has no stored version (a file: ENOENT)
 // or left the tree, mutate refuses, or the metadata would be too large.
 func (b *nodeBase) deferAttr(ctx context.Context, mutate func(*posixAttr) error) error {
 	if b.fsys.attrwb == nil {
-		return b.updateMetaNow(ctx, mutate)
+		return b.updateMeta(ctx, mutate)
 	}
 	key, err := b.metaKey()
 	if err != nil {
@@ -233,9 +219,7 @@ func (b *nodeBase) storePendingAttrLocked(ctx context.Context) error {
 	key, _ := b.key()
 	switch {
 	case err == nil:
-		if fn, ok := b.ino.Operations().(*fileNode); ok {
-			fn.keepETag = b.info.ETag
-		}
+		nodeOf(b.ino).selfCopiedLocked()
 		return nil
 	case errors.Is(err, objstore.ErrUnavailable) && !errors.Is(err, fencing.ErrFenced):
 		// The storage does not answer: the change stays pending and is
@@ -274,4 +258,25 @@ func (b *nodeBase) revertAttrLocked() {
 	b.attrPending = false
 	b.attr = b.storedAttrLocked()
 	b.fetched = time.Time{}
+}
+
+// setattrNow applies the chmod, chown and utimens of a node without content
+// of its own to stage (a symlink, a special file: what names the kind in
+// errors) as a pending attribute change (above); a size change is
+// EINVAL. fill then reports the attributes in out.
+func (b *nodeBase) setattrNow(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut, what string, fill func(*fuse.Attr)) syscall.Errno {
+	ctx, cancel := b.fsys.mutctx(ctx)
+	defer cancel()
+	var err error
+	if _, ok := in.GetSize(); ok {
+		err = fmt.Errorf("%w: truncate of %s", errInvalid, what)
+	} else if mutate, ok := setattrMutation(ctx, in); ok {
+		err = b.deferAttr(ctx, mutate)
+	}
+	if err != nil {
+		key, _ := b.key()
+		return b.fsys.mutationErrno(ctx, "setattr", key, err)
+	}
+	fill(&out.Attr)
+	return 0
 }

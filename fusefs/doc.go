@@ -57,7 +57,7 @@
 //
 // Reads are GETs pinned to the ETag the node holds (a changed object reads
 // as ESTALE once the handle returned bytes, never as a mix of versions; a
-// handle that returned none moves to the current version, file_handle_rebase.go): a sequential reader gets one
+// handle that returned none moves to the current version, file_handle.go): a sequential reader gets one
 // streaming GET from its position to the end, read ahead into pooled 1 MiB
 // buffers (2 MiB ahead, growing to 16 MiB) that READ replies point into
 // without a copy; random reads are one ranged GET each (readahead.go,
@@ -109,14 +109,18 @@
 // Each node has its own locks; none is held across the filesystem, and the
 // ones held across network calls are per node. Lock order, outermost first:
 //
-//	nodeBase.opMu   serialises a node's mutations (commit, metadata, unlink,
-//	                rename); two nodes are locked in address order
-//	fileNode.cmu    the staging file (write: create/write/truncate; read:
-//	                read/upload)
-//	nodeBase.mu     the node's fields; never held across I/O
-//	filesystem.nodesMu
+//	fileNode.openMu     a regular file's opens
+//	nodeBase.opMu       serialises a node's mutations (commit, metadata,
+//	                    unlink, rename); two nodes are locked in address order
+//	fileContent.body    a file's staged bytes (write: create, write, truncate,
+//	                    drop; read: read, upload)
+//	fileHandle.mu       a handle's reader
+//	nodeBase.mu         the node's fields; never held across I/O
+//	fileContent.mu      the content's state; never held across I/O
+//	partUpload.mu       an upload's parts
+//	filesystem.nodesMu  the files the mount tracks as staged
 //
-// fileHandle.mu and the read path's locks (reader, stream) are taken alone.
+// The read path's locks (reader, stream) are taken alone.
 //
 // go-fuse's own inode locks are taken inside go-fuse calls (GetChild,
 // NewInode, Parent) and never while a network call is in flight.

@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"syscall"
@@ -57,8 +56,7 @@ var _ = (fs.InodeEmbedder)((*fileNode)(nil))
 func newFileNode(fsys *filesystem, info objstore.ObjectInfo) *fileNode {
 	n := &fileNode{}
 	n.init(fsys, &n.Inode, kindFile, info)
-	n.metaUpdate = n.updateMeta // kept with uncommitted content changes
-	n.c = newFileContent(n, info.Size)
+	n.c = newFileContent(n, fsys, info.Size)
 	return n
 }
 
@@ -119,97 +117,6 @@ func (n *fileNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrO
 	return nodeGetattr(ctx, n, out)
 }
 
-var _ = (fs.NodeOpener)((*fileNode)(nil))
-
-// Open opens the file. Opening for writing fails with EROFS when the mount
-// cannot write (no token, fenced, read-only); O_TRUNC empties the staged
-// content at once (committed on close).
-func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	ctx, cancel := n.fsys.opctx(ctx)
-	defer cancel()
-	key, _ := n.key()
-	writing := flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
-	if writing {
-		if err := n.fsys.checkWritable("open"); err != nil {
-			return nil, 0, n.fsys.errno("open", key, err)
-		}
-	}
-	n.openMu.Lock()
-	if !writing && n.fsys.capturesReads() {
-		h, fuseFlags, handled, err := n.openCaptured(ctx, key)
-		if handled {
-			n.openMu.Unlock()
-			if err != nil {
-				return nil, 0, n.fsys.errno("open", key, err)
-			}
-			return h, fuseFlags, 0
-		}
-	}
-	h, fuseFlags, err := n.openLazily(ctx, key, flags)
-	n.openMu.Unlock()
-	if err != nil && writing {
-		return nil, 0, n.fsys.mutationErrno(ctx, "open", key, err)
-	}
-	if err != nil {
-		return nil, 0, n.fsys.errno("open", key, err)
-	}
-	if flags&syscall.O_TRUNC != 0 {
-		if err := n.c.truncate(ctx, key, 0, true); err != nil {
-			n.releaseHandle(h)
-			return nil, 0, n.fsys.mutationErrno(ctx, "open", key, err)
-		}
-	}
-	return h, fuseFlags, 0
-}
-
-// openLazily opens a handle on the node's version (refreshed if stale),
-// whose first read sends the GET. LOCKS_REQUIRED(n.openMu)
-func (n *fileNode) openLazily(ctx context.Context, key string, flags uint32) (*fileHandle, uint32, error) {
-	if err := n.refresh(ctx); err != nil {
-		if errors.Is(err, objstore.ErrNotFound) {
-			// Deleted elsewhere while the kernel kept the name: ESTALE
-			// below makes it look again (an O_CREAT then creates).
-			n.markUnlinked()
-		} else {
-			return nil, 0, err
-		}
-	}
-	n.mu.Lock()
-	if n.superseded {
-		n.mu.Unlock()
-		n.fsys.refused.note(ctx, key)
-		return nil, 0, fmt.Errorf("open %s: %w", key, errSuperseded)
-	}
-	if n.c.flags().has(stUnlinked) && n.openCount == 0 {
-		// The kernel still has a name for a node whose object is gone
-		// or was never stored (a refused create): ESTALE makes it look
-		// the name up again (LOOKUP_REVAL) and open or create what the
-		// store has, instead of writing into a node no commit stores.
-		n.mu.Unlock()
-		return nil, 0, fmt.Errorf("%w: %s: the name no longer refers to this file", fencing.ErrStale, key)
-	}
-	n.openCount++
-	etag := n.info.ETag
-	var fuseFlags uint32
-	if n.keepETag != "" && n.keepETag == etag && flags&syscall.O_TRUNC == 0 {
-		fuseFlags |= fuse.FOPEN_KEEP_CACHE
-	}
-	n.keepETag = etag
-	n.mu.Unlock()
-	h := &fileHandle{node: n, appending: flags&syscall.O_APPEND != 0, keepCache: fuseFlags&fuse.FOPEN_KEEP_CACHE != 0,
-		writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY, key: key}
-	return h, fuseFlags, nil
-}
-
-// origin is what the content's staging and commits are made on, as the
-// node holds it now.
-type origin struct {
-	key     string          // "" once the node left the tree
-	etag    string          // the version the content came from
-	version fencing.Version // its precondition form
-	meta    map[string]string
-}
-
 // origin returns the content's origin; withMeta adds the metadata a commit
 // of the content stores. Called by the content holding at most its body
 // lock. LOCKS_EXCLUDED(n.mu)
@@ -223,10 +130,6 @@ func (n *fileNode) origin(withMeta bool) origin {
 	}
 	return o
 }
-
-// attrsAfter is what a commit of the content made of the node's
-// attributes.
-type attrsAfter uint8
 
 const (
 	attrsKept   attrsAfter = iota // not stored by it: a pending change stays pending
@@ -246,6 +149,9 @@ func (n *fileNode) stored(info objstore.ObjectInfo, attrs attrsAfter) {
 		n.attrPending = attrs == attrsLeft
 	}
 }
+
+// dirtySince is when the content became dirty (stagedFile).
+func (n *fileNode) dirtySince() int64 { return n.c.dirtySince.Load() }
 
 // touch sets the times of a change of the content.
 func (n *fileNode) touch() {
@@ -272,35 +178,6 @@ func (n *fileNode) truncate(ctx context.Context, size int64) error {
 	}
 	key, _ := n.key()
 	return n.c.truncate(ctx, key, size, false)
-}
-
-// releaseHandle drops a handle. The last one commits what is still dirty
-// (a flush that failed, or writes through a shared mapping) and drops the
-// staging file.
-func (n *fileNode) releaseHandle(h *fileHandle) {
-	h.closeReader()
-	n.mu.Lock()
-	n.openCount--
-	last, count := n.openCount == 0, n.openCount
-	n.mu.Unlock()
-	if invariantChecks && count < 0 {
-		key, _ := n.key()
-		panic(fmt.Sprintf("fusefs: file node %q: negative open count", key))
-	}
-	if !last {
-		return
-	}
-	key, _ := n.key()
-	if f := n.c.flags(); f.has(stDirty) && !f.has(stUnlinked) {
-		// Release cannot report an error: this is the last chance. Nobody
-		// waits for it: while the storage is known down it fails at once
-		// rather than hold the node (and the journal) for a check.
-		if err := n.commit(objstore.Unwaited(n.fsys.ctx)); err != nil {
-			n.fsys.log.Error("file released with uncommitted changes; they are lost",
-				"key", key, "err", err)
-		}
-	}
-	n.dropStage()
 }
 
 // dropStage drops the content's staging file, and forgets uncommitted
@@ -346,3 +223,19 @@ func (n *fileNode) preserveForReadersLocked(ctx context.Context) error {
 // markUnlinked records that the node's name is gone: later commits are
 // dropped and fstat shows nlink 0.
 func (n *fileNode) markUnlinked() { n.c.unlink() }
+
+// forgetName asks the kernel to drop its cached directory entry of the
+// node, so that the next lookup of the name asks us (and finds what the
+// store holds). Sent from a goroutine: an entry notification waits for the
+// directory's lock, which the request being served may hold.
+func (n *fileNode) forgetName() {
+	name, parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	go func() {
+		if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
+			n.fsys.log.Debug("cannot invalidate a kernel directory entry", "name", name, "errno", errno)
+		}
+	}()
+}

@@ -48,7 +48,7 @@ func (n *fileNode) updateMeta(ctx context.Context, mutate func(*posixAttr) error
 		return err
 	}
 	n.mu.Lock()
-	n.keepETag = n.info.ETag
+	n.selfCopiedLocked()
 	n.mu.Unlock()
 	return nil
 }

@@ -6,7 +6,6 @@ package fusefs
 
 import (
 	"context"
-	"syscall"
 )
 
 // commit commits the node's content (fileContent.commit) and, when the
@@ -37,35 +36,4 @@ func (n *fileNode) commitLocked(ctx context.Context) error {
 		return err
 	}
 	return n.storePendingAttrLocked(ctx)
-}
-
-// forgetName asks the kernel to drop its cached directory entry of the
-// node, so that the next lookup of the name asks us (and finds what the
-// store holds). Sent from a goroutine: an entry notification waits for the
-// directory's lock, which the request being served may hold.
-func (n *fileNode) forgetName() {
-	name, parent := n.Parent()
-	if parent == nil {
-		return
-	}
-	go func() {
-		if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
-			n.fsys.log.Debug("cannot invalidate a kernel directory entry", "name", name, "errno", errno)
-		}
-	}()
-}
-
-// contentMeta is the metadata kept when the content is rewritten: everything
-// but checksums of the old content that other tools store.
-func contentMeta(m map[string]string) map[string]string {
-	if _, ok := m["md5chksum"]; !ok {
-		return m
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		if k != "md5chksum" {
-			out[k] = v
-		}
-	}
-	return out
 }

@@ -2,10 +2,14 @@ package fusefs
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
 )
 
 // fileContent is a regular file's write side: everything this mount holds
@@ -37,7 +41,7 @@ import (
 // take mu under nodeBase.mu (fillAttr, lookups); code holding body may
 // call the owner.
 type fileContent struct {
-	owner *fileNode // constant
+	owner contentOwner // constant
 	fsys  *filesystem
 
 	body  sync.RWMutex
@@ -70,8 +74,27 @@ type fileContent struct {
 	dirtySince atomic.Int64
 }
 
-func newFileContent(n *fileNode, size int64) *fileContent {
-	return &fileContent{owner: n, fsys: n.fsys, size: size}
+// contentOwner is what a file's content asks of its node (fileNode).
+// The content calls it holding at most its body lock, never mu.
+type contentOwner interface {
+	// stagedFile: the mount tracks the owner while the content is dirty
+	// or staged (filesystem.track).
+	stagedFile
+	key() (string, bool)
+	keyOrErr() (string, error)
+	// origin is what staging and commits are made on, as the node holds
+	// it now; withMeta adds the metadata a commit stores.
+	origin(withMeta bool) origin
+	// stored moves the node to the version a commit produced.
+	stored(info objstore.ObjectInfo, attrs attrsAfter)
+	// touch sets the times of a change of the content.
+	touch()
+	// forgetName drops the kernel's directory entry of the node.
+	forgetName()
+}
+
+func newFileContent(owner contentOwner, fsys *filesystem, size int64) *fileContent {
+	return &fileContent{owner: owner, fsys: fsys, size: size}
 }
 
 // flags returns the content's state. LOCKS_EXCLUDED(c.mu)
@@ -238,3 +261,29 @@ func (c *fileContent) checkInvariantsLocked() {
 		}
 	}
 }
+
+// pendingCommit is what one commit stores, as the content was when it
+// began.
+type pendingCommit struct {
+	key                string
+	gen                uint64
+	size               int64
+	pending, replacing bool
+	metaLeft           bool // stored without the node's metadata (file_content_upload.go)
+	base               fencing.Version
+	meta               map[string]string
+	body               io.ReaderAt
+}
+
+// origin is what the content's staging and commits are made on, as the
+// node holds it now (contentOwner.origin).
+type origin struct {
+	key     string          // "" once the node left the tree
+	etag    string          // the version the content came from
+	version fencing.Version // its precondition form
+	meta    map[string]string
+}
+
+// attrsAfter is what a commit of the content made of the node's
+// attributes.
+type attrsAfter uint8

@@ -9,7 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"time"
 
 	"github.com/fencefs/fencefs/fencing"
@@ -133,19 +133,6 @@ func (c *fileContent) resolveUnknown(ctx context.Context) (done bool, err error)
 	return true, nil
 }
 
-// pendingCommit is what one commit stores, as the content was when it
-// began.
-type pendingCommit struct {
-	key                string
-	gen                uint64
-	size               int64
-	pending, replacing bool
-	metaLeft           bool // stored without the node's metadata (file_content_upload.go)
-	base               fencing.Version
-	meta               map[string]string
-	body               io.ReaderAt
-}
-
 // snapshot returns what the content's commit must store, nil when there
 // is nothing to store (clean, or the name is gone), or the error a commit
 // reports without trying (a failed staging write).
@@ -206,4 +193,69 @@ func (c *fileContent) store(ctx context.Context, p *pendingCommit) (objstore.Obj
 		return c.fsys.create(ctx, p.key, p.body, p.size, p.meta)
 	}
 	return g.Put(ctx, p.key, p.body, p.size, p.base, p.meta)
+}
+
+// commitUpload tries to commit p through the content's upload. It reports
+// handled=false when the caller must commit with Put instead (no upload,
+// or one that cannot be used while the staging file is whole; it is
+// dropped then). On success p.meta is what was stored, and p.metaLeft says
+// that the node's metadata differs from it (a self-copy must follow).
+// LOCKS_REQUIRED(the node's opMu, c.body read)
+func (c *fileContent) commitUpload(ctx context.Context, p *pendingCommit) (info objstore.ObjectInfo, handled bool, err error) {
+	c.mu.Lock()
+	u := c.up
+	c.up = nil
+	c.mu.Unlock()
+	if u == nil {
+		return objstore.ObjectInfo{}, false, nil
+	}
+	gone := c.holes.any()
+	parts, err := u.finish(ctx, p.size)
+	metaChanged := err == nil && !maps.Equal(uploadMeta(p.meta), u.meta)
+	if err == nil && metaChanged && !gone {
+		err = fmt.Errorf("%w: the metadata changed while writing", fencing.ErrStreamChanged)
+	}
+	if err == nil {
+		if gone && p.replacing {
+			info, err = c.fsys.guard.CommitReplacement(ctx, u.st, parts, u.meta)
+		} else {
+			info, err = c.fsys.guard.CommitStream(ctx, u.st, parts, u.meta)
+		}
+	}
+	switch {
+	case err == nil:
+		u.cancel()
+		c.fsys.metrics.streamed.WithLabelValues("committed").Inc()
+		p.meta, p.metaLeft = maps.Clone(u.meta), metaChanged
+		return info, true, nil
+	case fencing.WriteIDOfUnknown(err) != "":
+		// Kept for the next commit, which first asks whether this one
+		// landed, then publishes the same upload again.
+		c.mu.Lock()
+		if c.up == nil && !c.state.has(stUnlinked) {
+			c.up = u
+		} else {
+			u.drop()
+		}
+		c.mu.Unlock()
+		c.fsys.metrics.streamed.WithLabelValues("failed").Inc()
+		return objstore.ObjectInfo{}, true, err
+	case !gone && (errors.Is(err, fencing.ErrStreamChanged) || p.replacing && isConflict(err) || !isCommitErr(err)):
+		u.drop()
+		c.fsys.metrics.streamed.WithLabelValues("fallback").Inc()
+		c.fsys.log.Debug("streamed upload unusable; uploading the whole file", "key", p.key, "reason", err)
+		return objstore.ObjectInfo{}, false, nil
+	}
+	u.drop()
+	c.fsys.metrics.streamed.WithLabelValues("failed").Inc()
+	if gone && !isCommitErr(err) || errors.Is(err, fencing.ErrStreamChanged) {
+		err = fmt.Errorf("%w: %w", errUploadLost, err)
+	}
+	return objstore.ObjectInfo{}, true, err
+}
+
+// isCommitErr reports an error that CommitStream returned, as opposed to
+// one of finish (a failed part, a changed content).
+func isCommitErr(err error) bool {
+	return err != nil && !errors.Is(err, errUploadUnusable)
 }

@@ -46,21 +46,11 @@ package fusefs
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 
 	"github.com/fencefs/fencefs/fencing"
 	"github.com/fencefs/fencefs/objstore"
 )
-
-// errNotSequential: an access to a range of a streamed file that has left
-// the local disk (see the rules above). ESPIPE.
-var errNotSequential = errors.New("illegal seek: this part of the file was uploaded and released from the staging file while it is written front to back; it can be read once the file is closed, and written only by rewriting the file from its start")
-
-// errUploadLost: the streamed upload of a file whose early parts have left
-// the local disk cannot be published. EIO unless the cause says otherwise.
-var errUploadLost = errors.New("the file's streamed upload cannot be published and its early parts are no longer on local disk")
 
 // uploadWriteLocked keeps the content's upload in step with a change of
 // the staged content at [off, end), which moved the staged size from prev
@@ -237,69 +227,4 @@ func (c *fileContent) checkReadLocked(off, end int64) error {
 func (c *fileContent) resetHolesLocked() {
 	c.fsys.stagingBytes.Add(c.holes.bytes)
 	c.holes = holes{}
-}
-
-// commitUpload tries to commit p through the content's upload. It reports
-// handled=false when the caller must commit with Put instead (no upload,
-// or one that cannot be used while the staging file is whole; it is
-// dropped then). On success p.meta is what was stored, and p.metaLeft says
-// that the node's metadata differs from it (a self-copy must follow).
-// LOCKS_REQUIRED(the node's opMu, c.body read)
-func (c *fileContent) commitUpload(ctx context.Context, p *pendingCommit) (info objstore.ObjectInfo, handled bool, err error) {
-	c.mu.Lock()
-	u := c.up
-	c.up = nil
-	c.mu.Unlock()
-	if u == nil {
-		return objstore.ObjectInfo{}, false, nil
-	}
-	gone := c.holes.any()
-	parts, err := u.finish(ctx, p.size)
-	metaChanged := err == nil && !maps.Equal(uploadMeta(p.meta), u.meta)
-	if err == nil && metaChanged && !gone {
-		err = fmt.Errorf("%w: the metadata changed while writing", fencing.ErrStreamChanged)
-	}
-	if err == nil {
-		if gone && p.replacing {
-			info, err = c.fsys.guard.CommitReplacement(ctx, u.st, parts, u.meta)
-		} else {
-			info, err = c.fsys.guard.CommitStream(ctx, u.st, parts, u.meta)
-		}
-	}
-	switch {
-	case err == nil:
-		u.cancel()
-		c.fsys.metrics.streamed.WithLabelValues("committed").Inc()
-		p.meta, p.metaLeft = maps.Clone(u.meta), metaChanged
-		return info, true, nil
-	case fencing.WriteIDOfUnknown(err) != "":
-		// Kept for the next commit, which first asks whether this one
-		// landed, then publishes the same upload again.
-		c.mu.Lock()
-		if c.up == nil && !c.state.has(stUnlinked) {
-			c.up = u
-		} else {
-			u.drop()
-		}
-		c.mu.Unlock()
-		c.fsys.metrics.streamed.WithLabelValues("failed").Inc()
-		return objstore.ObjectInfo{}, true, err
-	case !gone && (errors.Is(err, fencing.ErrStreamChanged) || p.replacing && isConflict(err) || !isCommitErr(err)):
-		u.drop()
-		c.fsys.metrics.streamed.WithLabelValues("fallback").Inc()
-		c.fsys.log.Debug("streamed upload unusable; uploading the whole file", "key", p.key, "reason", err)
-		return objstore.ObjectInfo{}, false, nil
-	}
-	u.drop()
-	c.fsys.metrics.streamed.WithLabelValues("failed").Inc()
-	if gone && !isCommitErr(err) || errors.Is(err, fencing.ErrStreamChanged) {
-		err = fmt.Errorf("%w: %w", errUploadLost, err)
-	}
-	return objstore.ObjectInfo{}, true, err
-}
-
-// isCommitErr reports an error that CommitStream returned, as opposed to
-// one of finish (a failed part, a changed content).
-func isCommitErr(err error) bool {
-	return err != nil && !errors.Is(err, errUploadUnusable)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -30,7 +31,7 @@ type fileHandle struct {
 	mu sync.Mutex
 	rd *reader // GUARDED_BY(mu): ranged reads from the store, created on first read
 	// delivered counts the bytes read from the store through rd; a read
-	// that delivered none may move to a newer version (file_handle_rebase.go).
+	// that delivered none may move to a newer version (rebase).
 	delivered int64 // GUARDED_BY(mu)
 	// keepCache: opened with FOPEN_KEEP_CACHE (the kernel may serve pages
 	// of the pinned version without asking): never moves to another version.
@@ -234,4 +235,92 @@ func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32
 		}
 	}
 	return 0
+}
+
+// Moving to the current version of an object instead of failing with ESTALE,
+// where nothing can be inconsistent (a whole-file replacement's commit is
+// moved by the Guard: fencing/replace.go):
+//
+//   - a read handle that has returned no byte yet has nothing to be
+//     inconsistent with: a read refused because the object changed since the
+//     open takes the current version (maxReadRebase times at most), unless
+//     the kernel may already hold pages of the old version (FOPEN_KEEP_CACHE,
+//     or another handle open on the node).
+
+// maxReadRebase bounds how often one READ moves to a newer version (a writer
+// replacing the object in a loop could otherwise keep a reader chasing it).
+const maxReadRebase = 3
+
+// rebase moves a read handle that has delivered nothing from rd, whose
+// version is gone, to the object's current version, and returns the reader
+// to retry with. ok is false when the handle must report ESTALE.
+func (h *fileHandle) rebase(ctx context.Context, rd *reader, key string) (*reader, bool) {
+	n := h.node
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.delivered > 0 || h.keepCache {
+		return nil, false
+	}
+	if h.rd != rd && h.rd != nil {
+		return h.rd, true // a concurrent READ of this handle moved it already
+	}
+	n.mu.Lock()
+	alone := n.openCount == 1 && !n.c.local()
+	n.mu.Unlock()
+	if !alone {
+		return nil, false
+	}
+	cur, err := n.fsys.store.Stat(ctx, key)
+	if err != nil || fencing.IsTombstone(cur) {
+		return nil, false
+	}
+	n.mu.Lock()
+	if n.openCount != 1 || n.c.flags().has(stDirty) {
+		n.mu.Unlock()
+		return nil, false
+	}
+	n.setInfoLocked(cur)
+	n.c.setStoredSize(cur.Size)
+	n.keepETag = cur.ETag
+	n.mu.Unlock()
+	if h.rd != nil {
+		h.rd.close()
+	}
+	h.rd = newReader(n.fsys, cur.ETag, cur.Size)
+	// The kernel's size of the file is the old version's: drop its cached
+	// attributes (only those: no page is locked by this) so that a read
+	// past it asks for the new size.
+	n.NotifyContent(-1, 0)
+	n.fsys.metrics.readRebases.Inc()
+	n.fsys.log.Debug("read moved to the current version", "key", key, "etag", cur.ETag)
+	return h.rd, true
+}
+
+// releaseHandle drops a handle. The last one commits what is still dirty
+// (a flush that failed, or writes through a shared mapping) and drops the
+// staging file.
+func (n *fileNode) releaseHandle(h *fileHandle) {
+	h.closeReader()
+	n.mu.Lock()
+	n.openCount--
+	last, count := n.openCount == 0, n.openCount
+	n.mu.Unlock()
+	if invariantChecks && count < 0 {
+		key, _ := n.key()
+		panic(fmt.Sprintf("fusefs: file node %q: negative open count", key))
+	}
+	if !last {
+		return
+	}
+	key, _ := n.key()
+	if f := n.c.flags(); f.has(stDirty) && !f.has(stUnlinked) {
+		// Release cannot report an error: this is the last chance. Nobody
+		// waits for it: while the storage is known down it fails at once
+		// rather than hold the node (and the journal) for a check.
+		if err := n.commit(objstore.Unwaited(n.fsys.ctx)); err != nil {
+			n.fsys.log.Error("file released with uncommitted changes; they are lost",
+				"key", key, "err", err)
+		}
+	}
+	n.dropStage()
 }

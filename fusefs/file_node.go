@@ -74,3 +74,7 @@ func (n *fileNode) removeObject(ctx context.Context, key string) error {
 	n.markUnlinked()
 	return nil
 }
+
+// selfCopiedLocked keeps the kernel's pages: the new version has the
+// content they hold. LOCKS_REQUIRED(n.mu)
+func (n *fileNode) selfCopiedLocked() { n.keepETag = n.info.ETag }

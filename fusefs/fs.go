@@ -17,6 +17,7 @@ import (
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // maxKeyLen is S3's limit on object keys.
@@ -43,7 +44,7 @@ type filesystem struct {
 	ctx       context.Context // cancelled when the mount goes away
 	cancel    context.CancelFunc
 	metrics   *metrics
-	root      *dirNode
+	root      *fs.Inode // the root directory's inode
 	// uploadSlots bounds the parts of streamed uploads in flight
 	// (Options.UploadConcurrency): send to take a slot.
 	uploadSlots chan struct{}
@@ -84,7 +85,7 @@ type filesystem struct {
 	attrwb *attrWriteback
 
 	nodesMu sync.Mutex
-	staged  map[*fileNode]struct{} // GUARDED_BY(nodesMu): nodes holding a staging file
+	staged  map[stagedFile]struct{} // GUARDED_BY(nodesMu): files holding local changes or a staging file
 }
 
 func newFilesystem(opts Options, stageDir string) *filesystem {
@@ -104,14 +105,25 @@ func newFilesystem(opts Options, stageDir string) *filesystem {
 		},
 		ctx:    ctx,
 		cancel: cancel,
-		staged: map[*fileNode]struct{}{},
+		staged: map[stagedFile]struct{}{},
 
 		uploadSlots: make(chan struct{}, opts.UploadConcurrency),
 	}
 	if opts.AttrWriteback > 0 {
 		fsys.attrwb = newAttrWriteback(fsys, opts.AttrWriteback)
 	}
-	fsys.metrics = newMetrics(fsys)
+	fsys.metrics = newMetrics(gauges{
+		attrPending: func() int {
+			if fsys.attrwb == nil {
+				return 0
+			}
+			return fsys.attrwb.pending()
+		},
+		dirtyFiles:   fsys.dirtyFiles.Load,
+		stagingBytes: fsys.stagingBytes.Load,
+		oldestDirty:  func() time.Duration { return fsys.oldestDirtyAge(time.Now()) },
+		stagingFS:    fsys.stagingFS,
+	})
 	return fsys
 }
 
@@ -188,7 +200,7 @@ func (fsys *filesystem) childKey(dirKey, name string) (string, error) {
 // pathOf returns the path of n below the root ("" for the root), or false
 // when n is no longer linked into the tree (unlinked or replaced).
 func (fsys *filesystem) pathOf(n *fs.Inode) (string, bool) {
-	root := fsys.root.EmbeddedInode()
+	root := fsys.root
 	var segs []string
 	for p := n; p != root; {
 		name, parent := p.Parent()
@@ -203,9 +215,6 @@ func (fsys *filesystem) pathOf(n *fs.Inode) (string, bool) {
 	}
 	return strings.Join(segs, "/"), true
 }
-
-// errStopList stops a List early.
-var errStopList = errors.New("stop listing")
 
 // isConflict reports an error saying that the key is not at the version a
 // conditional mutation expected.
@@ -364,16 +373,26 @@ func (fsys *filesystem) deleteObject(ctx context.Context, key string, base fenci
 	return fmt.Errorf("%w: %s changed since it was read (%v)", fencing.ErrStale, key, err)
 }
 
-// track adds n to the nodes Unmount must look at (dirty or staged).
-func (fsys *filesystem) track(n *fileNode) {
+// stagedFile is a regular file whose content is dirty or staged (a
+// fileNode): what unmount commits and the dirty-age gauge reads.
+type stagedFile interface {
+	// commit stores the file's changes (close(2)'s commit).
+	commit(ctx context.Context) error
+	// dirtySince is when the file became dirty (Unix nanoseconds), 0
+	// while it is clean.
+	dirtySince() int64
+}
+
+// track adds f to the files Unmount must commit (dirty or staged).
+func (fsys *filesystem) track(f stagedFile) {
 	fsys.nodesMu.Lock()
-	fsys.staged[n] = struct{}{}
+	fsys.staged[f] = struct{}{}
 	fsys.nodesMu.Unlock()
 }
 
-func (fsys *filesystem) untrack(n *fileNode) {
+func (fsys *filesystem) untrack(f stagedFile) {
 	fsys.nodesMu.Lock()
-	delete(fsys.staged, n)
+	delete(fsys.staged, f)
 	fsys.nodesMu.Unlock()
 }
 
@@ -443,4 +462,32 @@ func (fsys *filesystem) stageFile() (*os.File, error) {
 		return nil, fmt.Errorf("unlink staging file: %w", err)
 	}
 	return f, nil
+}
+
+// stagingFS is the space available (to unprivileged users) and the size
+// of the file system of the staging directory, 0 and 0 if statfs fails.
+func (fsys *filesystem) stagingFS() (avail, size float64) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(fsys.stageDir, &st); err != nil {
+		return 0, 0
+	}
+	return float64(st.Bavail) * float64(st.Bsize), float64(st.Blocks) * float64(st.Bsize)
+}
+
+// oldestDirtyAge is how long before now the longest-dirty file became
+// dirty, 0 when no file is dirty. Dirty nodes are always tracked
+// (markDirtyLocked), so the staged set holds every one of them.
+func (fsys *filesystem) oldestDirtyAge(now time.Time) time.Duration {
+	fsys.nodesMu.Lock()
+	defer fsys.nodesMu.Unlock()
+	var oldest int64
+	for f := range fsys.staged {
+		if since := f.dirtySince(); since != 0 && (oldest == 0 || since < oldest) {
+			oldest = since
+		}
+	}
+	if oldest == 0 {
+		return 0
+	}
+	return max(now.Sub(time.Unix(0, oldest)), 0)
 }

@@ -30,6 +30,7 @@ package fusefs
 // so a subdirectory's lookup still costs its marker's HEAD and a LIST.
 
 import (
+	"syscall"
 	"time"
 
 	"github.com/fencefs/fencefs/fencing"
@@ -90,5 +91,45 @@ func (d *dirNode) adoptListed(name string, r resolved, listed time.Time) bool {
 	if !n.pinnedLocked() && !b.fetched.After(listed) {
 		n.adoptLocked(r.info)
 	}
+	return true
+}
+
+// guessMode is the d_type of a listed object before its metadata is known:
+// a symlink's body is its target (1..4095 bytes) and a FIFO, socket or
+// device node is an empty object, so only a larger object is surely a
+// regular file; any other is unknown (0, DT_UNKNOWN) and readers stat it
+// (find -type f reported FIFOs as files when empty objects were DT_REG).
+func guessMode(size int64) uint32 {
+	if size > maxSymlinkTarget {
+		return syscall.S_IFREG
+	}
+	return 0
+}
+
+// listedUnchanged reports whether a listed object is the version info
+// describes: same ETag and size, and the same date to the second (HEAD
+// dates have no sub-second part).
+func listedUnchanged(e objstore.Entry, info objstore.ObjectInfo) bool {
+	return info.ETag != "" && objstore.NormalizeETag(e.ETag) == objstore.NormalizeETag(info.ETag) &&
+		e.Size == info.Size && e.LastModified.Unix() == info.LastModified.Unix()
+}
+
+// confirmListed marks the child at name fresh when the listing shows the
+// version it holds, and reports whether it did.
+func (d *dirNode) confirmListed(name string, e objstore.Entry) bool {
+	ch := d.GetChild(name)
+	if ch == nil {
+		return false
+	}
+	b := baseOf(ch)
+	if b == nil || (b.kind != kindFile && b.kind != kindSymlink) {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !listedUnchanged(e, b.info) {
+		return false
+	}
+	b.fetched = time.Now()
 	return true
 }

@@ -365,3 +365,18 @@ func urlEncode(s string) string {
 	}
 	return b.String()
 }
+
+// contentMeta is the metadata kept when the content is rewritten: everything
+// but checksums of the old content that other tools store.
+func contentMeta(m map[string]string) map[string]string {
+	if _, ok := m["md5chksum"]; !ok {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if k != "md5chksum" {
+			out[k] = v
+		}
+	}
+	return out
+}

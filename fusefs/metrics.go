@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 )
 
 // metrics are the filesystem's Prometheus metrics. The zero value (no
@@ -21,7 +20,7 @@ type metrics struct {
 	// committed, fallback (uploaded whole with Put instead), failed.
 	streamed *prometheus.CounterVec
 	// readRebases counts reads that moved to the object's current version
-	// instead of failing ESTALE (file_handle_rebase.go); activations counts the times
+	// instead of failing ESTALE (file_handle.go: rebase); activations counts the times
 	// this mount became the leader and forgot what it had cached (activate.go).
 	readRebases prometheus.Counter
 	// superseded counts nodes whose version was replaced in the bucket
@@ -35,7 +34,17 @@ type metrics struct {
 	collectors            []prometheus.Collector
 }
 
-func newMetrics(fsys *filesystem) *metrics {
+// gauges are what the metrics read of the mount when they are scraped.
+type gauges struct {
+	attrPending  func() int           // changes the attribute write-back holds
+	dirtyFiles   func() int64         // files with uncommitted changes
+	stagingBytes func() int64         // bytes in staging files
+	oldestDirty  func() time.Duration // age of the oldest uncommitted change
+	stagingFS    func() (avail, size float64)
+}
+
+// newMetrics makes the metrics of one mount, reading g when scraped.
+func newMetrics(g gauges) *metrics {
 	m := &metrics{}
 	m.errs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "fencefs", Subsystem: "fuse", Name: "errors_total",
@@ -76,12 +85,7 @@ func newMetrics(fsys *filesystem) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencefs", Subsystem: "fuse", Name: "attr_writeback_pending",
 			Help: "Nodes with an acknowledged chmod/chown/utimens not stored yet (stored within mount.attr_writeback).",
-		}, func() float64 {
-			if fsys.attrwb == nil {
-				return 0
-			}
-			return float64(fsys.attrwb.pending())
-		}),
+		}, func() float64 { return float64(g.attrPending()) }),
 		m.prefetchHits,
 		m.readRebases,
 		m.superseded,
@@ -92,53 +96,25 @@ func newMetrics(fsys *filesystem) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencefs", Subsystem: "fuse", Name: "dirty_files",
 			Help: "Files with local changes not yet committed to the bucket.",
-		}, func() float64 { return float64(fsys.dirtyFiles.Load()) }),
+		}, func() float64 { return float64(g.dirtyFiles()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencefs", Subsystem: "fuse", Name: "staging_bytes",
 			Help: "Bytes held in local staging files.",
-		}, func() float64 { return float64(fsys.stagingBytes.Load()) }),
+		}, func() float64 { return float64(g.stagingBytes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencefs", Subsystem: "fuse", Name: "oldest_dirty_age_seconds",
 			Help: "Age of the oldest local change not yet committed to the bucket (0 when nothing is dirty): what a crash now would lose the most of.",
-		}, func() float64 { return fsys.oldestDirtyAge(time.Now()).Seconds() }),
+		}, func() float64 { return g.oldestDirty().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencefs", Subsystem: "fuse", Name: "staging_fs_avail_bytes",
 			Help: "Bytes available on the file system holding the staging files (the cache directory); 0 if it cannot be read.",
-		}, func() float64 { avail, _ := fsys.stagingFS(); return avail }),
+		}, func() float64 { avail, _ := g.stagingFS(); return avail }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencefs", Subsystem: "fuse", Name: "staging_fs_size_bytes",
 			Help: "Size of the file system holding the staging files (the cache directory); 0 if it cannot be read.",
-		}, func() float64 { _, size := fsys.stagingFS(); return size }),
+		}, func() float64 { _, size := g.stagingFS(); return size }),
 	}
 	return m
-}
-
-// stagingFS is the space available (to unprivileged users) and the size
-// of the file system of the staging directory, 0 and 0 if statfs fails.
-func (fsys *filesystem) stagingFS() (avail, size float64) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(fsys.stageDir, &st); err != nil {
-		return 0, 0
-	}
-	return float64(st.Bavail) * float64(st.Bsize), float64(st.Blocks) * float64(st.Bsize)
-}
-
-// oldestDirtyAge is how long before now the longest-dirty file became
-// dirty, 0 when no file is dirty. Dirty nodes are always tracked
-// (markDirtyLocked), so the staged set holds every one of them.
-func (fsys *filesystem) oldestDirtyAge(now time.Time) time.Duration {
-	fsys.nodesMu.Lock()
-	defer fsys.nodesMu.Unlock()
-	var oldest int64
-	for n := range fsys.staged {
-		if since := n.c.dirtySince.Load(); since != 0 && (oldest == 0 || since < oldest) {
-			oldest = since
-		}
-	}
-	if oldest == 0 {
-		return 0
-	}
-	return max(now.Sub(time.Unix(0, oldest)), 0)
 }
 
 // register adds the metrics to r (nil: none).

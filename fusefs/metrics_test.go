@@ -1,11 +1,11 @@
 package fusefs
 
 import (
-	"github.com/fencefs/fencefs/internal/promreg"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/fencefs/fencefs/internal/promreg"
 	"github.com/fencefs/fencefs/objstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"

@@ -15,9 +15,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// maxIO is the largest read and write request the kernel sends.
-const maxIO = 1 << 20
-
 // FS is a mounted fencefs filesystem (Go does not allow a type named like
 // the Mount function).
 type FS struct {
@@ -55,7 +52,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 		return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 	}
 	root := newDirNode(fsys, rootInfo(fsys))
-	fsys.root = root
+	fsys.root = root.EmbeddedInode()
 
 	attrTTL, entryTTL := opts.AttrTTL, opts.EntryTTL
 	fopts := &fs.Options{
@@ -135,7 +132,7 @@ func (m *FS) Wait() {
 		// Unmounted by someone else (fusermount -u): the bucket can
 		// still take the attribute changes the kernel acknowledged.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := m.fsys.attrwb.flushAll(ctx); err != nil {
+		if err := m.fsys.attrwb.storeAll(ctx); err != nil {
 			m.fsys.log.Error("unmounted: attribute changes are lost", "err", err)
 		}
 		cancel()
@@ -150,7 +147,7 @@ func (m *FS) Wait() {
 func (m *FS) Unmount(ctx context.Context) error {
 	m.unmountMu.Lock()
 	defer m.unmountMu.Unlock()
-	flushErr := m.fsys.flushAll(ctx)
+	commitErr := m.fsys.commitAll(ctx)
 	var umErr error
 	for attempt := 0; ; attempt++ {
 		umErr = m.server.Unmount()
@@ -163,10 +160,10 @@ func (m *FS) Unmount(ctx context.Context) error {
 		}
 	}
 	if umErr != nil {
-		return errors.Join(flushErr, fmt.Errorf("fusefs: unmount %s: %w", m.mountpoint, umErr))
+		return errors.Join(commitErr, fmt.Errorf("fusefs: unmount %s: %w", m.mountpoint, umErr))
 	}
 	m.cleanup()
-	return flushErr
+	return commitErr
 }
 
 func (m *FS) cleanup() {
@@ -186,23 +183,24 @@ func (m *FS) DirtyFiles() int { return int(m.fsys.dirtyFiles.Load()) }
 // StagingBytes returns the bytes held in staging files.
 func (m *FS) StagingBytes() int64 { return m.fsys.stagingBytes.Load() }
 
-// flushAll commits every dirty file.
-func (fsys *filesystem) flushAll(ctx context.Context) error {
+// commitAll commits every dirty file and stores every pending attribute
+// change (unmount).
+func (fsys *filesystem) commitAll(ctx context.Context) error {
 	fsys.nodesMu.Lock()
-	nodes := make([]*fileNode, 0, len(fsys.staged))
-	for n := range fsys.staged {
-		nodes = append(nodes, n)
+	files := make([]stagedFile, 0, len(fsys.staged))
+	for f := range fsys.staged {
+		files = append(files, f)
 	}
 	fsys.nodesMu.Unlock()
 	var errs []error
-	for _, n := range nodes {
-		if err := n.commit(ctx); err != nil {
+	for _, f := range files {
+		if err := f.commit(ctx); err != nil {
 			errs = append(errs, err)
 			fsys.log.Error("unmount: uncommitted changes are lost", "err", err)
 		}
 	}
 	if fsys.attrwb != nil {
-		if err := fsys.attrwb.flushAll(ctx); err != nil {
+		if err := fsys.attrwb.storeAll(ctx); err != nil {
 			errs = append(errs, err)
 			fsys.log.Error("unmount: attribute changes are lost", "err", err)
 		}

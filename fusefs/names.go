@@ -186,25 +186,8 @@ func (fsys *filesystem) listedName(prefix, key string, isPrefix bool) (string, b
 	return name, validName(name)
 }
 
-// knownAbsent answers a lookup of name in d from the directory's name
-// knowledge, renewing it with one LIST when it expired and the directory is
-// small. It reports false whenever the store must be asked.
-func (d *dirNode) knownAbsent(ctx context.Context, name string) bool {
-	young := d.fsys.negativeFresh
-	absent, fresh, refresh := d.names.absent(name, young)
-	if fresh || !refresh {
-		return absent
-	}
-	prefix, err := d.dirKey()
-	if err != nil {
-		return false
-	}
-	start := time.Now()
-	names, complete, err := d.fsys.listNames(ctx, prefix)
-	if err != nil {
-		return false // the lookup itself reports the store's error
-	}
-	d.names.set(start, names, complete)
-	absent, _, _ = d.names.absent(name, young)
-	return absent
+// validName reports whether a listed name can be shown by the kernel.
+func validName(name string) bool {
+	return name != "" && name != "." && name != ".." && len(name) <= 255 &&
+		!strings.ContainsRune(name, 0) && !strings.Contains(name, "/")
 }

@@ -34,6 +34,13 @@ import (
 // opMu, or a file's openMu or cmu.
 type node interface {
 	fs.InodeEmbedder
+	// Every kind serves statfs and the extended attributes through
+	// nodeBase (attrs.go).
+	fs.NodeStatfser
+	fs.NodeGetxattrer
+	fs.NodeListxattrer
+	fs.NodeSetxattrer
+	fs.NodeRemovexattrer
 	// base is the state all kinds share: the key, the cached version
 	// (info, fetched) and the attributes.
 	base() *nodeBase
@@ -68,6 +75,14 @@ type node interface {
 	// version it holds, and marks the node unlinked (Unlink; a directory
 	// is EISDIR: Rmdir removes it).
 	removeObject(ctx context.Context, key string) error
+	// updateMeta stores a metadata change (an xattr's: attrs.go): at
+	// once (nodeBase.updateMeta) or, for a file with uncommitted content
+	// changes, with them.
+	updateMeta(ctx context.Context, mutate func(*posixAttr) error) error
+	// selfCopiedLocked: a metadata change was stored by copying the
+	// object onto itself, so the new version has the old one's content
+	// (a file's pages in the kernel stay valid).
+	selfCopiedLocked()
 }
 
 // nodeOf returns the node of ino, or nil (no inode, or one of no node
@@ -102,10 +117,6 @@ type nodeBase struct {
 	// filesystem-wide.
 	opMu sync.Mutex
 
-	// metaUpdate stores a metadata change (xattrs; attrs.go): set by the
-	// node's constructor, constant after.
-	metaUpdate func(ctx context.Context, mutate func(*posixAttr) error) error
-
 	mu sync.Mutex
 	// info is the object version this node came from: the precondition
 	// (base) of its next mutation. For a directory it is the marker
@@ -123,7 +134,6 @@ func (b *nodeBase) init(fsys *filesystem, ino *fs.Inode, kind uint32, info objst
 	b.fsys = fsys
 	b.ino = ino
 	b.kind = kind
-	b.metaUpdate = b.updateMetaNow
 	b.setInfo(info)
 }
 
@@ -532,3 +542,16 @@ func checkXattrName(name string) error {
 
 // formatUint is strconv.FormatUint for the control attributes.
 func formatUint(v uint64) []byte { return []byte(strconv.FormatUint(v, 10)) }
+
+// updateMeta stores a metadata change at once (a self-copy, or the marker
+// of an implicit directory): the node kinds that keep no uncommitted
+// changes.
+func (b *nodeBase) updateMeta(ctx context.Context, mutate func(*posixAttr) error) error {
+	b.opMu.Lock()
+	defer b.opMu.Unlock()
+	return b.updateMetaRemote(ctx, mutate)
+}
+
+// selfCopiedLocked does nothing: only a file has pages in the kernel.
+// LOCKS_REQUIRED(b.mu)
+func (b *nodeBase) selfCopiedLocked() {}

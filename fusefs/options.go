@@ -193,3 +193,6 @@ func (o *Options) normalize() error {
 	}
 	return nil
 }
+
+// maxIO is the largest read and write request the kernel sends.
+const maxIO = 1 << 20

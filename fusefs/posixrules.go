@@ -216,15 +216,6 @@ func killPrivOnChown(ch setattrChange, a *posixAttr) {
 // Other mounts, and this one after a remount, see the stored times; the
 // next chmod, chown or utimens of the directory stores the newer mtime.
 
-// entryAdded records that name was added to d through this mount.
-func (d *dirNode) entryAdded(name string) {
-	d.dropPrefetch(name)
-	d.names.add(name)
-	d.mu.Lock()
-	d.changed = time.Now()
-	d.mu.Unlock()
-}
-
 // withEntryChange returns a with the mtime and ctime moved up to changed.
 func withEntryChange(a posixAttr, changed time.Time) posixAttr {
 	if changed.After(a.Mtime) {
@@ -234,41 +225,4 @@ func withEntryChange(a posixAttr, changed time.Time) posixAttr {
 		a.Ctime = changed
 	}
 	return a
-}
-
-// foldEntryChange wraps a metadata mutation of d so that the stored mtime
-// includes the last entry change (the mutation may still set another);
-// *folded is the change it folded in, for forgetEntryChange once stored.
-func (d *dirNode) foldEntryChange(mutate func(*posixAttr) error) (func(*posixAttr) error, *time.Time) {
-	folded := new(time.Time)
-	return func(a *posixAttr) error {
-		d.mu.Lock()
-		*folded = d.changed
-		d.mu.Unlock()
-		if folded.After(a.Mtime) {
-			a.Mtime = *folded
-		}
-		return mutate(a)
-	}, folded
-}
-
-// setattrDir applies a chmod/chown/utimens of the directory, the last
-// entry change folded into its mtime (deferAttr).
-func (d *dirNode) setattrDir(ctx context.Context, mutate func(*posixAttr) error) error {
-	fold, folded := d.foldEntryChange(mutate)
-	if err := d.deferAttr(ctx, fold); err != nil {
-		return err
-	}
-	d.forgetEntryChange(*folded)
-	return nil
-}
-
-// forgetEntryChange drops the in-memory entry change once it is stored,
-// unless a newer one happened meanwhile.
-func (d *dirNode) forgetEntryChange(folded time.Time) {
-	d.mu.Lock()
-	if d.changed.Equal(folded) {
-		d.changed = time.Time{}
-	}
-	d.mu.Unlock()
 }

@@ -48,6 +48,8 @@ type prefetch struct {
 
 // prefetcher holds a directory's prefetches.
 type prefetcher struct {
+	fsys *filesystem // constant
+
 	mu sync.Mutex
 	// GUARDED_BY(mu): by name. An entry whose done is open is queued or
 	// in flight; claimed marks a queued one a lookup took over.
@@ -63,11 +65,10 @@ type prefetchItem struct {
 	listed    *resolved // nil: the version needs a HEAD
 }
 
-// startPrefetch replaces the directory's prefetches with items, in order:
-// those listed with their version are ready at once, the others are HEADs
-// run in the background.
-func (d *dirNode) startPrefetch(items []prefetchItem) {
-	p := &d.pre
+// start replaces the directory's prefetches with items, in order: those
+// listed with their version are ready at once, the others are HEADs run in
+// the background.
+func (p *prefetcher) start(items []prefetchItem) {
 	p.mu.Lock()
 	if p.cancel != nil {
 		p.cancel()
@@ -80,7 +81,7 @@ func (d *dirNode) startPrefetch(items []prefetchItem) {
 	if len(items) > maxPrefetch {
 		items = items[:maxPrefetch]
 	}
-	ctx, cancel := context.WithCancel(d.fsys.ctx)
+	ctx, cancel := context.WithCancel(p.fsys.ctx)
 	now := time.Now()
 	byName := make(map[string]*prefetch, len(items))
 	claimed := map[string]bool{}
@@ -107,7 +108,7 @@ func (d *dirNode) startPrefetch(items []prefetchItem) {
 	go func() {
 		defer cancel()
 		var g errgroup.Group
-		g.SetLimit(d.fsys.opts.PrefetchConcurrency)
+		g.SetLimit(p.fsys.opts.PrefetchConcurrency)
 		for i, it := range items {
 			pf, name, key := pfs[i], it.name, it.key
 			if it.listed != nil {
@@ -124,7 +125,7 @@ func (d *dirNode) startPrefetch(items []prefetchItem) {
 				continue // a lookup does it
 			}
 			g.Go(func() error {
-				info, err := d.fsys.store.Stat(ctx, key)
+				info, err := p.fsys.store.Stat(ctx, key)
 				pf.finish(key, info, err)
 				return nil
 			})
@@ -146,12 +147,11 @@ func (pf *prefetch) finish(key string, info objstore.ObjectInfo, err error) {
 	close(pf.done)
 }
 
-// prefetched returns the prefetched version of name, waiting for its HEAD
-// when it is in flight. ok is false when there is none to use (no
-// prefetch, not started, failed, a directory, or stale): the caller
-// resolves the name itself.
-func (d *dirNode) prefetched(ctx context.Context, name string) (resolved, bool) {
-	p := &d.pre
+// take returns the prefetched version of name, waiting for its HEAD when
+// it is in flight. ok is false when there is none to use (no prefetch, not
+// started, failed, a directory, or stale): the caller resolves the name
+// itself.
+func (p *prefetcher) take(ctx context.Context, name string) (resolved, bool) {
 	p.mu.Lock()
 	pf := p.byName[name]
 	if pf == nil {
@@ -175,18 +175,17 @@ func (d *dirNode) prefetched(ctx context.Context, name string) (resolved, bool) 
 		delete(p.byName, name)
 	}
 	p.mu.Unlock()
-	if pf.err != nil || pf.r.kind == kindDir || !d.fsys.fresh(pf.at) {
+	if pf.err != nil || pf.r.kind == kindDir || !p.fsys.fresh(pf.at) {
 		return resolved{}, false
 	}
 	return pf.r, true
 }
 
-// dropPrefetch forgets name's prefetched version, when this mount adds,
-// removes or renames the name: a HEAD from before the change must not
-// answer a lookup after it (a FIFO listed, unlinked and made again was
-// EEXIST: pjdfstest mkfifo/00.t).
-func (d *dirNode) dropPrefetch(name string) {
-	p := &d.pre
+// drop forgets name's prefetched version, when this mount adds, removes
+// or renames the name: a HEAD from before the change must not answer a
+// lookup after it (a FIFO listed, unlinked and made again was EEXIST:
+// pjdfstest mkfifo/00.t).
+func (p *prefetcher) drop(name string) {
 	p.mu.Lock()
 	if p.byName[name] != nil {
 		delete(p.byName, name)
@@ -195,32 +194,4 @@ func (d *dirNode) dropPrefetch(name string) {
 		}
 	}
 	p.mu.Unlock()
-}
-
-// listedUnchanged reports whether a listed object is the version info
-// describes: same ETag and size, and the same date to the second (HEAD
-// dates have no sub-second part).
-func listedUnchanged(e objstore.Entry, info objstore.ObjectInfo) bool {
-	return info.ETag != "" && objstore.NormalizeETag(e.ETag) == objstore.NormalizeETag(info.ETag) &&
-		e.Size == info.Size && e.LastModified.Unix() == info.LastModified.Unix()
-}
-
-// confirmListed marks the child at name fresh when the listing shows the
-// version it holds, and reports whether it did.
-func (d *dirNode) confirmListed(name string, e objstore.Entry) bool {
-	ch := d.GetChild(name)
-	if ch == nil {
-		return false
-	}
-	b := baseOf(ch)
-	if b == nil || (b.kind != kindFile && b.kind != kindSymlink) {
-		return false
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !listedUnchanged(e, b.info) {
-		return false
-	}
-	b.fetched = time.Now()
-	return true
 }

@@ -152,7 +152,7 @@ func (d *dirNode) list(ctx context.Context, prefix string) ([]fuse.DirEntry, err
 			pre = append(pre, it)
 		}
 	}
-	d.startPrefetch(pre)
+	d.pre.start(pre)
 	for i, c := range dirs {
 		if live[len(objs)+i] {
 			out = append(out, fuse.DirEntry{Name: c.name, Mode: syscall.S_IFDIR})
@@ -185,16 +185,4 @@ func (d *dirNode) livePrefix(ctx context.Context, prefix string, e objstore.Entr
 		return false, serr
 	}
 	return serr == nil && !fencing.IsTombstone(info), nil
-}
-
-// guessMode is the d_type of a listed object before its metadata is known:
-// a symlink's body is its target (1..4095 bytes) and a FIFO, socket or
-// device node is an empty object, so only a larger object is surely a
-// regular file; any other is unknown (0, DT_UNKNOWN) and readers stat it
-// (find -type f reported FIFOs as files when empty objects were DT_REG).
-func guessMode(size int64) uint32 {
-	if size > maxSymlinkTarget {
-		return syscall.S_IFREG
-	}
-	return 0
 }

@@ -53,22 +53,6 @@ func (n *specialNode) fillAttr(out *fuse.Attr) {
 	out.Rdev = a.Rdev
 }
 
-// mknodSpecial creates the empty object of a special file of type
-// mode&S_IFMT with device number dev at key, conditioned on its absence.
-func (d *dirNode) mknodSpecial(ctx context.Context, key string, mode, dev uint32) (node, error) {
-	kind := mode & syscall.S_IFMT
-	a := newAttr(ctx, kind, mode)
-	if kind == syscall.S_IFCHR || kind == syscall.S_IFBLK {
-		a.Rdev = dev
-	}
-	meta := encodeAttr(a, nil)
-	info, err := d.fsys.createEmpty(ctx, key, meta)
-	if err != nil {
-		return nil, err
-	}
-	return newSpecialNode(d.fsys, kind, mergeInfo(info, key, 0, meta)), nil
-}
-
 var _ node = (*specialNode)(nil)
 
 var _ = (fs.NodeGetattrer)((*specialNode)(nil))
