@@ -260,11 +260,11 @@ func (b *nodeBase) revertAttrLocked() {
 	b.fetched = time.Time{}
 }
 
-// setattrNow applies the chmod, chown and utimens of a node without content
+// setattrDeferred applies the chmod, chown and utimens of a node without content
 // of its own to stage (a symlink, a special file: what names the kind in
 // errors) as a pending attribute change (above); a size change is
 // EINVAL. fill then reports the attributes in out.
-func (b *nodeBase) setattrNow(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut, what string, fill func(*fuse.Attr)) syscall.Errno {
+func (b *nodeBase) setattrDeferred(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut, what string, fill func(*fuse.Attr)) syscall.Errno {
 	ctx, cancel := b.fsys.mutctx(ctx)
 	defer cancel()
 	var err error

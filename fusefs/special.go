@@ -67,5 +67,5 @@ var _ = (fs.NodeSetattrer)((*specialNode)(nil))
 // Setattr stores chmod, chown and utimens (a self-copy of the empty
 // object). The kernel refuses truncation of special files before asking.
 func (n *specialNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return n.setattrNow(ctx, in, out, "a special file", n.fillAttr)
+	return n.setattrDeferred(ctx, in, out, "a special file", n.fillAttr)
 }

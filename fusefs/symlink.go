@@ -92,5 +92,5 @@ var _ = (fs.NodeSetattrer)((*symlinkNode)(nil))
 
 // Setattr stores lchown and lutimes changes (self-copy of the object).
 func (n *symlinkNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return n.setattrNow(ctx, in, out, "a symlink", n.fillAttr)
+	return n.setattrDeferred(ctx, in, out, "a symlink", n.fillAttr)
 }
