@@ -118,7 +118,10 @@ type Mount struct {
 	// AttrWriteback is how long a chmod/chown/utimens may wait to be
 	// stored (fusefs.Options).
 	AttrWriteback time.Duration
-	AllowOther    bool
+	// SyncDeletes deletes before unlink returns instead of in the
+	// background (fusefs.Options.DeleteConcurrency 0).
+	SyncDeletes bool
+	AllowOther  bool
 	// Nonempty allows mounting over a directory that is not empty, or over
 	// another mount (both are refused otherwise).
 	Nonempty bool

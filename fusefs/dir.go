@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +32,10 @@ type dirNode struct {
 	// changed is when this mount last added or removed an entry: the
 	// directory's mtime and ctime, in this mount's memory (dir_attr.go).
 	changed time.Time // GUARDED_BY(mu)
+	// deleteErr is the first failure of a delete of an entry that unlink
+	// acknowledged (deletewb.go) since the last fsync or rmdir reported
+	// one. GUARDED_BY(mu)
+	deleteErr error
 }
 
 // noteRemoval records that name left d through this mount.
@@ -87,7 +92,7 @@ func (d *dirNode) forgetCached() {
 }
 
 // removeObject refuses the unlink of a directory.
-func (d *dirNode) removeObject(ctx context.Context, key string) error {
+func (d *dirNode) removeObject(ctx context.Context, key string, _ deleteFunc) error {
 	return fmt.Errorf("%w: %s", errIsDir, key)
 }
 
@@ -185,4 +190,45 @@ func (d *dirNode) checkEmpty(ctx context.Context, prefix string) error {
 		return fmt.Errorf("%w: %s", errNotEmpty, prefix)
 	}
 	return nil
+}
+
+// deleteFailed records that the acknowledged delete of entry key failed:
+// the next fsync (or rmdir) of d reports it, and the names d knew and the
+// kernel's entry of the name are forgotten, so that the entry shows again.
+// The kernel is told from a goroutine of its own: the notification waits
+// for the directory's lock, which an fsync or rmdir of it holds while it
+// waits for this delete.
+func (d *dirNode) deleteFailed(key string, err error) {
+	d.mu.Lock()
+	if d.deleteErr == nil {
+		d.deleteErr = err
+	}
+	d.mu.Unlock()
+	d.names.forget()
+	go d.NotifyEntry(key[strings.LastIndex(key, "/")+1:])
+}
+
+// syncDeletes waits for the acknowledged deletes of d's entries and
+// returns the first failure of one since it was last asked (and forgets
+// it), as Linux's fsync reports a writeback error once.
+func (d *dirNode) syncDeletes(ctx context.Context) error {
+	if err := d.fsys.deletes.waitDir(ctx, d); ctx.Err() != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := d.deleteErr
+	d.deleteErr = nil
+	return err
+}
+
+// deleteEntry deletes key, the object of entry of d, at version base: the
+// deleteFunc of an unlink. It is acknowledged now and sent in the
+// background (deletewb.go), or sent at once when the mount deletes before
+// unlink returns.
+func (d *dirNode) deleteEntry(ctx context.Context, key string, base fencing.Version) error {
+	if d.fsys.deletes == nil {
+		return d.fsys.deleteObject(ctx, key, base)
+	}
+	return d.fsys.deletes.add(ctx, d, key, base)
 }

@@ -32,12 +32,18 @@ func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttr
 
 var _ = (fs.NodeFsyncer)((*dirNode)(nil))
 
-// Fsync of a directory stores its pending attribute change (attrwb.go);
-// its entries are stored when they change.
+// Fsync of a directory waits for the deletes of its entries that unlink
+// acknowledged (deletewb.go), reporting the first that failed since the
+// last fsync, and stores its pending attribute change (attrwb.go); its
+// other entry changes are stored when they happen.
 func (d *dirNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
 	ctx, cancel := d.fsys.mutctx(ctx)
 	defer cancel()
-	if err := d.storePendingAttr(ctx); err != nil {
+	err := d.syncDeletes(ctx)
+	if err == nil {
+		err = d.storePendingAttr(ctx)
+	}
+	if err != nil {
 		key, _ := d.key()
 		return d.fsys.mutationErrno(ctx, "fsync", key, err)
 	}

@@ -90,6 +90,9 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			return ch, 0
 		}
 	}
+	if d.fsys.deletes.isPending(key) {
+		return nil, syscall.ENOENT // unlinked here, its delete on its way (deletewb.go)
+	}
 	ctx, cancel := d.fsys.opctx(ctx)
 	defer cancel()
 	if d.GetChild(name) == nil && d.knownAbsent(ctx, name) {

@@ -17,8 +17,9 @@ import (
 var _ = (fs.NodeUnlinker)((*dirNode)(nil))
 
 // Unlink deletes the object conditioned on the version this mount knows
-// (ESTALE if someone changed it since). A file that is still open keeps its
-// content: it is staged locally before the delete.
+// (ESTALE if someone changed it since): acknowledged once the name is gone
+// from this mount, and sent in the background (deletewb.go). A file that is
+// still open keeps its content: it is staged locally before the delete.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	return d.remove(ctx, "unlink", name, func(ctx context.Context, key string) error { return d.unlink(ctx, name, key) })
 }
@@ -57,14 +58,15 @@ func (d *dirNode) unlink(ctx context.Context, name, key string) error {
 	if n == nil {
 		return fmt.Errorf("%w: %s", objstore.ErrNotFound, key)
 	}
-	return n.removeObject(ctx, key)
+	return n.removeObject(ctx, key, d.deleteEntry)
 }
 
 var _ = (fs.NodeRmdirer)((*dirNode)(nil))
 
 // Rmdir removes an empty directory (ENOTEMPTY otherwise): the marker is
 // deleted conditioned on its version; an implicit directory has nothing to
-// delete.
+// delete. It waits for the deletes unlink acknowledged of the directory's
+// entries, and fails as they did (deletewb.go).
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	return d.remove(ctx, "rmdir", name, func(ctx context.Context, key string) error { return d.rmdir(ctx, name, key+"/") })
 }
@@ -84,6 +86,10 @@ func (d *dirNode) rmdir(ctx context.Context, name, prefix string) error {
 	}
 	dn.opMu.Lock()
 	defer dn.opMu.Unlock()
+	// The deletes of its entries first: a failed one leaves an entry.
+	if err := dn.syncDeletes(ctx); err != nil {
+		return err
+	}
 	if err := dn.checkEmpty(ctx, prefix); err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ func TestImplicitDirectoryEmptiedHereStaysUntilItsRmdir(t *testing.T) {
 	if err := os.Remove(m.Path("solo/only")); err != nil {
 		t.Fatal(err)
 	}
+	syncDir(t, m.Path("solo"))
 	if k.objectExists(t, "solo/only") {
 		t.Fatal("solo/only still in the bucket after unlink")
 	}

@@ -174,6 +174,13 @@ func (c *fileContent) snapshot() (*pendingCommit, error) {
 // staging file with released ranges is never Put.
 // LOCKS_REQUIRED(the owner's opMu, c.body read)
 func (c *fileContent) store(ctx context.Context, p *pendingCommit) (objstore.ObjectInfo, error) {
+	if p.pending {
+		// A file made where unlink acknowledged a delete is stored
+		// after that delete, whatever its outcome (deletewb.go).
+		if err := c.fsys.deletes.wait(ctx, p.key); ctx.Err() != nil {
+			return objstore.ObjectInfo{}, err
+		}
+	}
 	if c.stage != nil && p.size > 0 {
 		info, uploaded, err := c.commitUpload(ctx, p)
 		if uploaded && p.pending && errors.Is(err, fencing.ErrStale) {

@@ -53,7 +53,7 @@ func (n *fileNode) forgetCached() {
 
 // removeObject deletes the object (none for a file never committed), keeping the
 // content readable for open handles first. LOCKS_EXCLUDED(n.opMu)
-func (n *fileNode) removeObject(ctx context.Context, key string) error {
+func (n *fileNode) removeObject(ctx context.Context, key string, del deleteFunc) error {
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	n.mu.Lock()
@@ -67,7 +67,7 @@ func (n *fileNode) removeObject(ctx context.Context, key string) error {
 		if err := n.preserveForReadersLocked(ctx); err != nil {
 			return err
 		}
-		if err := n.fsys.deleteObject(ctx, key, base); err != nil {
+		if err := del(ctx, key, base); err != nil {
 			return err
 		}
 	}

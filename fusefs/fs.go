@@ -83,6 +83,9 @@ type filesystem struct {
 	// attrwb stores deferred attribute changes; nil when
 	// Options.AttrWriteback is 0 (each is stored at once).
 	attrwb *attrWriteback
+	// deletes sends the deletes unlink acknowledged; nil when
+	// Options.DeleteConcurrency is negative (each is sent at once).
+	deletes *deleteWriteback
 
 	nodesMu sync.Mutex
 	staged  map[stagedFile]struct{} // GUARDED_BY(nodesMu): files holding local changes or a staging file
@@ -112,6 +115,9 @@ func newFilesystem(opts Options, stageDir string) *filesystem {
 	if opts.AttrWriteback > 0 {
 		fsys.attrwb = newAttrWriteback(fsys, opts.AttrWriteback)
 	}
+	if opts.DeleteConcurrency > 0 {
+		fsys.deletes = newDeleteWriteback(opts.DeleteConcurrency, fsys.deleteInBackground, fsys.deleteFailed)
+	}
 	fsys.metrics = newMetrics(gauges{
 		attrPending: func() int {
 			if fsys.attrwb == nil {
@@ -119,10 +125,11 @@ func newFilesystem(opts Options, stageDir string) *filesystem {
 			}
 			return fsys.attrwb.pending()
 		},
-		dirtyFiles:   fsys.dirtyFiles.Load,
-		stagingBytes: fsys.stagingBytes.Load,
-		oldestDirty:  func() time.Duration { return fsys.oldestDirtyAge(time.Now()) },
-		stagingFS:    fsys.stagingFS,
+		pendingDeletes: func() int { return fsys.deletes.count() },
+		dirtyFiles:     fsys.dirtyFiles.Load,
+		stagingBytes:   fsys.stagingBytes.Load,
+		oldestDirty:    func() time.Duration { return fsys.oldestDirtyAge(time.Now()) },
+		stagingFS:      fsys.stagingFS,
 	})
 	return fsys
 }
@@ -231,9 +238,16 @@ type resolved struct {
 // resolve finds what a name is, in the order s3fs uses: the object at key
 // (a file or symlink; a tombstone counts as absent), then the directory
 // marker key+"/" and the objects below key+"/" (an implicit directory). A
-// name that is both a file and a directory resolves to the file.
+// name that is both a file and a directory resolves to the file. An object
+// whose delete this mount acknowledged is absent (deletewb.go).
 func (fsys *filesystem) resolve(ctx context.Context, key string) (resolved, error) {
-	info, err := fsys.store.Stat(ctx, key)
+	var info objstore.ObjectInfo
+	var err error
+	if fsys.deletes.isPending(key) {
+		err = objstore.ErrNotFound // its delete is on its way: absent here
+	} else {
+		info, err = fsys.store.Stat(ctx, key)
+	}
 	var dirMeta *objstore.ObjectInfo
 	switch {
 	case err == nil && !fencing.IsTombstone(info):
@@ -289,13 +303,15 @@ func (fsys *filesystem) resolve(ctx context.Context, key string) (resolved, erro
 }
 
 // hasLive reports whether anything visible lives below prefix: an object
-// other than the marker prefix itself, that is not a tombstone and not in
-// the hidden protocol directory. The marker alone does not count (callers
-// check it separately).
+// other than the marker prefix itself, that is not a tombstone, not in the
+// hidden protocol directory and not being deleted by this mount. The marker
+// alone does not count (callers check it separately). The listing carries
+// the objects' metadata where the store's can, so that tombstones (every
+// delete's, on a store that ignores If-Match on DELETE) need no HEAD each.
 func (fsys *filesystem) hasLive(ctx context.Context, prefix string) (bool, error) {
 	found := false
-	err := fsys.store.List(ctx, prefix, "", func(e objstore.Entry) error {
-		if e.Key == prefix || fsys.isHidden(e.Key) {
+	err := fsys.store.ListMeta(ctx, prefix, "", func(e objstore.Entry) error {
+		if e.Key == prefix || fsys.isHidden(e.Key) || fsys.deletes.isPending(e.Key) {
 			return nil
 		}
 		ok, err := fsys.notTombstone(ctx, e)
@@ -335,8 +351,12 @@ func (fsys *filesystem) notTombstone(ctx context.Context, e objstore.Entry) (boo
 }
 
 // create writes key as a new object through the Guard (which creates over
-// a tombstone); a live object there is errExist.
+// a tombstone), after the pending delete of the name, if any (deletewb.go:
+// whatever its outcome); a live object there is errExist.
 func (fsys *filesystem) create(ctx context.Context, key string, body io.ReaderAt, size int64, meta map[string]string) (objstore.ObjectInfo, error) {
+	if err := fsys.deletes.wait(ctx, key); ctx.Err() != nil {
+		return objstore.ObjectInfo{}, err
+	}
 	return existErr(fsys.guard.Create(ctx, key, body, size, meta))
 }
 
@@ -381,6 +401,21 @@ type stagedFile interface {
 	// dirtySince is when the file became dirty (Unix nanoseconds), 0
 	// while it is clean.
 	dirtySince() int64
+}
+
+// deleteInBackground is deleteObject of a delete unlink acknowledged
+// (deletewb.go), in a mutation of its own.
+func (fsys *filesystem) deleteInBackground(key string, base fencing.Version) error {
+	ctx, cancel := fsys.mutctx(context.Background())
+	defer cancel()
+	return fsys.deleteObject(ctx, key, base)
+}
+
+// deleteFailed logs and counts an acknowledged delete that failed.
+func (fsys *filesystem) deleteFailed(key string, err error) {
+	fsys.metrics.deleteFailures.Inc()
+	fsys.log.Warn("an acknowledged delete could not be stored: the name shows the object again, and the directory's next fsync reports it",
+		"key", key, "err", err)
 }
 
 // track adds f to the files Unmount must commit (dirty or staged).

@@ -31,16 +31,20 @@ type metrics struct {
 	// attrWritebackFailures counts acknowledged attribute changes that
 	// could not be stored (attrwb.go).
 	attrWritebackFailures prometheus.Counter
-	collectors            []prometheus.Collector
+	// deleteFailures counts acknowledged deletes that could not be
+	// stored (deletewb.go).
+	deleteFailures prometheus.Counter
+	collectors     []prometheus.Collector
 }
 
 // gauges are what the metrics read of the mount when they are scraped.
 type gauges struct {
-	attrPending  func() int           // changes the attribute write-back holds
-	dirtyFiles   func() int64         // files with uncommitted changes
-	stagingBytes func() int64         // bytes in staging files
-	oldestDirty  func() time.Duration // age of the oldest uncommitted change
-	stagingFS    func() (avail, size float64)
+	attrPending    func() int           // changes the attribute write-back holds
+	pendingDeletes func() int           // deletes acknowledged and not ended
+	dirtyFiles     func() int64         // files with uncommitted changes
+	stagingBytes   func() int64         // bytes in staging files
+	oldestDirty    func() time.Duration // age of the oldest uncommitted change
+	stagingFS      func() (avail, size float64)
 }
 
 // newMetrics makes the metrics of one mount, reading g when scraped.
@@ -79,8 +83,17 @@ func newMetrics(g gauges) *metrics {
 		Namespace: "fencefs", Subsystem: "fuse", Name: "attr_writeback_failures_total",
 		Help: "Acknowledged chmod/chown/utimens that could not be stored a moment later (fenced, or the storage failed) and were dropped.",
 	})
+	m.deleteFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fencefs", Subsystem: "fuse", Name: "delete_failures_total",
+		Help: "Deletes unlink acknowledged that could not be stored (fenced, the object changed, or the storage failed): the name shows the object again and the directory's next fsync fails.",
+	})
 	m.collectors = []prometheus.Collector{
 		m.errs,
+		m.deleteFailures,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "fencefs", Subsystem: "fuse", Name: "deletes_pending",
+			Help: "Deletes unlink acknowledged that are queued or in flight (in the bucket once fsync of their directory, its rmdir or unmount returns).",
+		}, func() float64 { return float64(g.pendingDeletes()) }),
 		m.attrWritebackFailures,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencefs", Subsystem: "fuse", Name: "attr_writeback_pending",

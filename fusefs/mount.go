@@ -128,6 +128,9 @@ func rootInfo(fsys *filesystem) (info objstore.ObjectInfo) {
 // directory.
 func (m *FS) Wait() {
 	m.server.Wait()
+	if err := m.fsys.deletes.waitAll(context.Background()); err != nil {
+		m.fsys.log.Error("unmounted: acknowledged deletes failed", "err", err)
+	}
 	if m.fsys.attrwb != nil {
 		// Unmounted by someone else (fusermount -u): the bucket can
 		// still take the attribute changes the kernel acknowledged.
@@ -183,8 +186,8 @@ func (m *FS) DirtyFiles() int { return int(m.fsys.dirtyFiles.Load()) }
 // StagingBytes returns the bytes held in staging files.
 func (m *FS) StagingBytes() int64 { return m.fsys.stagingBytes.Load() }
 
-// commitAll commits every dirty file and stores every pending attribute
-// change (unmount).
+// commitAll waits for the deletes unlink acknowledged, commits every dirty
+// file and stores every pending attribute change (unmount).
 func (fsys *filesystem) commitAll(ctx context.Context) error {
 	fsys.nodesMu.Lock()
 	files := make([]stagedFile, 0, len(fsys.staged))
@@ -193,6 +196,9 @@ func (fsys *filesystem) commitAll(ctx context.Context) error {
 	}
 	fsys.nodesMu.Unlock()
 	var errs []error
+	if err := fsys.deletes.waitAll(ctx); err != nil {
+		errs = append(errs, err) // each logged as it failed
+	}
 	for _, f := range files {
 		if err := f.commit(ctx); err != nil {
 			errs = append(errs, err)

@@ -71,10 +71,10 @@ type node interface {
 	// local state pins it), so that the next use reads the store
 	// (activate.go).
 	forgetCached()
-	// removeObject deletes the node's object at key, conditioned on the
-	// version it holds, and marks the node unlinked (Unlink; a directory
-	// is EISDIR: Rmdir removes it).
-	removeObject(ctx context.Context, key string) error
+	// removeObject deletes the node's object at key with del,
+	// conditioned on the version it holds, and marks the node unlinked
+	// (Unlink; a directory is EISDIR: Rmdir removes it).
+	removeObject(ctx context.Context, key string, del deleteFunc) error
 	// updateMeta stores a metadata change (an xattr's: attrs.go): at
 	// once (nodeBase.updateMeta) or, for a file with uncommitted content
 	// changes, with them.
@@ -84,6 +84,10 @@ type node interface {
 	// (a file's pages in the kernel stay valid).
 	selfCopiedLocked()
 }
+
+// deleteFunc deletes key at version base for an unlink: at once, or
+// acknowledged now and sent in the background (dirNode.deleteEntry).
+type deleteFunc func(ctx context.Context, key string, base fencing.Version) error
 
 // nodeOf returns the node of ino, or nil (no inode, or one of no node
 // kind).
@@ -197,13 +201,13 @@ func (l *leafNode) refresh(ctx context.Context) error {
 
 // removeObject deletes the object conditioned on the version the node holds.
 // LOCKS_EXCLUDED(l.opMu)
-func (l *leafNode) removeObject(ctx context.Context, key string) error {
+func (l *leafNode) removeObject(ctx context.Context, key string, del deleteFunc) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	l.mu.Lock()
 	base := fencing.VersionOf(l.info)
 	l.mu.Unlock()
-	if err := l.fsys.deleteObject(ctx, key, base); err != nil {
+	if err := del(ctx, key, base); err != nil {
 		return err
 	}
 	l.markUnlinked()

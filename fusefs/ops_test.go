@@ -87,6 +87,20 @@ func (c *opCtx) wantMeta(key, name, want string) {
 	}
 }
 
+// syncDir fsyncs the directory dir: the point at which the deletes unlink
+// acknowledged of its entries are in the bucket (deletewb.go).
+func syncDir(t testing.TB, dir string) {
+	t.Helper()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync of directory %s: %v", dir, err)
+	}
+}
+
 func lstat(path string) (syscall.Stat_t, error) {
 	var st syscall.Stat_t
 	err := syscall.Lstat(path, &st)
@@ -223,13 +237,14 @@ var activeCases = []opCase{
 		},
 	},
 	{
-		name:  "unlink deletes the object",
+		name:  "unlink deletes the object, in the bucket once the directory is fsynced",
 		setup: func(c *opCtx) { c.write("f", "x") },
 		op:    func(c *opCtx) error { return syscall.Unlink(c.path("f")) },
 		check: func(c *opCtx) {
-			c.wantNoObject(c.key("f"))
 			_, err := lstat(c.path("f"))
 			c.wantErrno("lstat after unlink", err, syscall.ENOENT)
+			syncDir(c, c.path(""))
+			c.wantNoObject(c.key("f"))
 		},
 	},
 	{
@@ -249,6 +264,7 @@ var activeCases = []opCase{
 			if err := os.Remove(c.path("f")); err != nil {
 				return err
 			}
+			syncDir(c, c.path(""))
 			c.wantNoObject(c.key("f"))
 			b, err := readAllFd(f)
 			if err != nil {

@@ -110,6 +110,10 @@ type Options struct {
 	// PrefetchConcurrency is how many HEADs of listed objects one
 	// directory listing runs at once ahead of their lookups (default 16).
 	PrefetchConcurrency int
+	// DeleteConcurrency is how many deletes unlink(2) acknowledged are
+	// sent at once in the background (default 16; deletewb.go states when
+	// they are in the bucket). Negative: unlink deletes before it returns.
+	DeleteConcurrency int
 	// ListingsCarryMetadata says the store's listings carry each
 	// object's metadata (the probe's list-metadata row): the mount then
 	// answers READDIRPLUS, handing the kernel every listed entry's
@@ -175,6 +179,9 @@ func (o *Options) normalize() error {
 	}
 	if o.PrefetchConcurrency <= 0 {
 		o.PrefetchConcurrency = 16
+	}
+	if o.DeleteConcurrency == 0 {
+		o.DeleteConcurrency = 16
 	}
 	if o.UploadConcurrency <= 0 {
 		o.UploadConcurrency = 4

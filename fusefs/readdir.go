@@ -99,8 +99,8 @@ func (d *dirNode) list(ctx context.Context, prefix string) ([]fuse.DirEntry, err
 	names := map[string]struct{}{}
 	err := d.fsys.store.ListMeta(ctx, prefix, "/", func(e objstore.Entry) error {
 		name, ok := d.fsys.listedName(prefix, e.Key, e.IsPrefix)
-		if !ok {
-			return nil
+		if !ok || !e.IsPrefix && d.fsys.deletes.isPending(e.Key) {
+			return nil // an object unlinked here is gone (deletewb.go)
 		}
 		names[name] = struct{}{}
 		if e.IsPrefix {

@@ -101,6 +101,11 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 	if db != nil {
 		dbMu = &db.opMu
 	}
+	// A delete of the destination unlink acknowledged lands first, so that
+	// the copy meets the bucket as this mount shows it (deletewb.go).
+	if err := fsys.deletes.wait(ctx, dstKey); ctx.Err() != nil {
+		return err
+	}
 	unlock := lockTwo(&sb.opMu, dbMu)
 	defer unlock()
 
@@ -224,6 +229,13 @@ func (fsys *filesystem) copyForRename(ctx context.Context, srcKey, srcETag, dstK
 // reported.
 func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey string, np *dirNode, dst *fs.Inode, dstKey string, noreplace bool) error {
 	srcPrefix, dstPrefix := srcKey+"/", dstKey+"/"
+	// Deletes unlink acknowledged below either tree land first: the
+	// plan lists both (deletewb.go).
+	for _, p := range []string{srcPrefix, dstPrefix} {
+		if err := fsys.deletes.waitPrefix(ctx, p); ctx.Err() != nil {
+			return err
+		}
+	}
 	if err := fsys.checkDirRename(ctx, srcPrefix, dst, dstKey, noreplace); err != nil {
 		return err
 	}

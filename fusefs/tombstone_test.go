@@ -27,6 +27,7 @@ func TestTombstonesAreInvisible(t *testing.T) {
 	if err := os.Remove(m.Path("d/sub")); err != nil {
 		t.Fatalf("rmdir of an implicit directory holding only a tombstone: %v", err)
 	}
+	syncDir(t, m.Path("d")) // the deletes of d's entries are in the bucket
 	// The bucket holds the tombstones, the mount does not show them.
 	if _, err := k.statObject("d/a"); err != nil {
 		t.Fatalf("no tombstone at d/a (the test would not test anything): %v", err)
@@ -60,6 +61,7 @@ func TestTombstonesAreInvisible(t *testing.T) {
 	if err := os.Remove(m.Path("gone/x")); err != nil {
 		t.Fatal(err)
 	}
+	syncDir(t, m.Path("gone"))
 	if _, err := lstat(m2.Path("gone")); errnoOf(err) != syscall.ENOENT {
 		t.Errorf("a directory of tombstones only: lstat = %v, want ENOENT", err)
 	}

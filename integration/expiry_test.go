@@ -285,7 +285,7 @@ func TestWithoutLifecyclePermissionTombstonesWaitForGCAndSaySo(t *testing.T) {
 	}
 	a := harness.MountWith(t, gw, bucket, harness.Options{Env: []string{"AWS_ACCESS_KEY_ID=" + v.AccessKeyID,
 		"AWS_SECRET_ACCESS_KEY=" + v.SecretAccessKey, "AWS_SESSION_TOKEN=" + v.SessionToken}}, "--token", "3")
-	bash(t, a.Dir, `echo x > f && rm f && echo y > g`)
+	bash(t, a.Dir, `echo x > f && rm f && sync . && echo y > g`) // sync .: the delete is in the bucket
 	st := readObject(t, gw, bucket, "f")
 	if !st.tombstone {
 		t.Fatalf("f after rm: %+v; want a tombstone (MinIO's DELETE ignores If-Match)", st)

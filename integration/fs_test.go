@@ -132,6 +132,15 @@ func wantS3(t *testing.T, e *fsEnv, key, content string) {
 	}
 }
 
+// syncDir fsyncs the directory dir: the point at which the deletes unlink
+// acknowledged of its entries are in the bucket.
+func syncDir(t *testing.T, dir string) {
+	t.Helper()
+	if err := fsyncDir(dir); err != nil {
+		t.Fatalf("fsync of directory %s: %v", dir, err)
+	}
+}
+
 func wantNoS3(t *testing.T, e *fsEnv, key string) {
 	t.Helper()
 	if got, ok := e.get(t, key); ok {
@@ -215,7 +224,7 @@ var fsActiveCases = []fsCase{
 			wantS3(t, e, d+"/f", "synced")
 			return f.Close()
 		}},
-	{name: "unlink deletes; an open descriptor keeps reading",
+	{name: "unlink deletes (in the bucket once the directory is fsynced); an open descriptor keeps reading",
 		setup: func(t *testing.T, e *fsEnv, d string) { e.put(t, d+"/f", "keep", nil) },
 		op: func(t *testing.T, e *fsEnv, d string) error {
 			f, err := os.Open(e.fs.Path(d, "f"))
@@ -226,6 +235,7 @@ var fsActiveCases = []fsCase{
 			if err := syscall.Unlink(e.fs.Path(d, "f")); err != nil {
 				return err
 			}
+			syncDir(t, e.fs.Path(d))
 			wantNoS3(t, e, d+"/f")
 			b, err := io.ReadAll(f)
 			if err != nil || string(b) != "keep" {

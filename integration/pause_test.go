@@ -19,8 +19,9 @@ import (
 
 // TestWriterPausedInsideCommitPath pauses the real binary between its
 // validation and its commit (the after-validate failpoint) while another
-// mount binds a newer epoch, for overwrite, create and delete, over many
-// rounds with random timing:
+// mount binds a newer epoch, for overwrite, create and delete (unlink, then
+// the fsync of its directory, which reports the delete), over many rounds
+// with random timing:
 //   - strict: the paused commit never lands; the writer gets EROFS;
 //   - fast: the documented window — the commit lands if the new epoch has
 //     not touched the key, and is refused (EROFS) if it has.
@@ -79,7 +80,14 @@ func pausedCommitRounds(t *testing.T, gw *gateway.Gateway, mode string, rounds i
 			case "create":
 				result <- writeClose(a.Path(key), os.O_CREATE|os.O_EXCL|os.O_WRONLY, []byte("A-stale"))
 			case "delete":
-				result <- os.Remove(a.Path(key))
+				// unlink returns once the name is gone here; the delete
+				// lands or is refused by the directory's fsync, which
+				// reports it.
+				if err := os.Remove(a.Path(key)); err != nil {
+					result <- fmt.Errorf("unlink: %w", err)
+					return
+				}
+				result <- fsyncDir(a.Dir)
 			}
 		}()
 		waitPaused(t, pause, result)
@@ -125,6 +133,16 @@ func pausedCommitRounds(t *testing.T, gw *gateway.Gateway, mode string, rounds i
 			}
 		}
 	}
+}
+
+// fsyncDir fsyncs the directory dir and returns its error.
+func fsyncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // waitPaused waits until the mount reports a writer paused at the failpoint.

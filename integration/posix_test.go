@@ -7,6 +7,7 @@ package integration
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,6 +83,7 @@ func TestSpecialFilesAreEmptyObjectsWithTheirTypeInMode(t *testing.T) {
 			if err := syscall.Unlink(moved); err != nil {
 				t.Fatalf("unlink: %v", err)
 			}
+			syncDir(t, filepath.Dir(moved))
 			wantNoS3(t, e, tc.name+".moved")
 		})
 	}

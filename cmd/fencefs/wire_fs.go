@@ -34,6 +34,8 @@ func fusefsOptions(cfg *config.Config, store objstore.Store, guard *fencing.Guar
 		// HEADs ahead of the lookups after a listing: cheap requests,
 		// more of them than parts in flight.
 		PrefetchConcurrency: 4 * cfg.S3.Concurrency,
+		// Deletes, like those HEADs, are small requests.
+		DeleteConcurrency: deleteConcurrency(cfg),
 		Access: fusefs.Access{
 			ReadOnly:           cfg.Mount.ReadOnly,
 			AllowOther:         cfg.Mount.AllowOther,
@@ -68,4 +70,14 @@ func streamStaging(mib int) int64 {
 		return -1
 	}
 	return int64(mib) << 20
+}
+
+// deleteConcurrency is how many acknowledged deletes are in flight at once
+// (fusefs.Options.DeleteConcurrency); with mount.sync_deletes, negative:
+// deletes are sent before unlink returns.
+func deleteConcurrency(cfg *config.Config) int {
+	if cfg.Mount.SyncDeletes {
+		return -1
+	}
+	return 4 * cfg.S3.Concurrency
 }

@@ -1,0 +1,211 @@
+package fusefs
+
+// Delete write-back: unlink(2) of a file, symlink or special file returns
+// once the name is gone from this mount, and the object's delete
+// (fencing.Guard.Delete: in strict mode an intent and the conditional
+// DELETE, or a tombstone) is sent at once in the background, up to
+// Options.DeleteConcurrency at a time. The deletes of an `rm -rf` or a
+// nightly cleanup then go out side by side and share their journal writes
+// (the Guard's group commit) instead of costing a journal write and a
+// delete one after the other per file.
+//
+// The durability point is the one a local file system gives an unlink
+// (docs/DESIGN.md "Deletes"): the delete is in the bucket when fsync(2) of
+// the directory returns success, when rmdir(2) of the directory returns
+// (it waits for the deletes of its entries), and at unmount; otherwise
+// within the few round trips it takes. Meanwhile this mount shows the name
+// as gone (lookups, listings, an emptied directory's rmdir); other mounts
+// and S3 clients see the object until the delete lands.
+//
+// A create, mknod, symlink or rename onto a name whose delete is pending
+// waits for the delete first (fsys.create, renames), so that no commit of
+// the name can be ordered before it. A delete that fails — a newer leader
+// fenced this mount (EROFS), the object changed behind it (ESTALE), the
+// storage does not answer (EIO) — is logged, counted in
+// fencefs_fuse_delete_failures_total, reported by the next fsync(2) and by
+// the rmdir(2) of the directory, and the name shows the stored object
+// again. No delete refused after a takeover is ever reported as done by an
+// fsync. A crash (kill -9) before a delete landed leaves the object in the
+// bucket: the name is back at the next mount, as an unlink that was never
+// written back is after a power cut.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/fencefs/fencefs/fencing"
+)
+
+// maxPendingDeletes bounds the deletes queued or in flight: an unlink past
+// it waits for room (memory stays bounded whatever rm -rf removes).
+const maxPendingDeletes = 16384
+
+// deleteWriteback sends the deletes this mount acknowledged. The mount
+// has none (nil) when it deletes before unlink returns
+// (Options.DeleteConcurrency 0); the methods of a nil *deleteWriteback
+// find nothing pending. Safe for concurrent use.
+type deleteWriteback struct {
+	// del sends one delete (filesystem.deleteObject, in a mutation of
+	// its own); failed logs and counts a delete that failed.
+	del    func(key string, base fencing.Version) error
+	failed func(key string, err error)
+	slots  chan struct{} // deletes in flight, Options.DeleteConcurrency at most
+	room   chan struct{} // deletes queued or in flight, maxPendingDeletes at most
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	pending map[string]*pendingDelete // GUARDED_BY(mu): by key
+}
+
+// entryDir is the directory an acknowledged delete's name left (a
+// dirNode): its next fsync reports the delete's failure.
+type entryDir interface {
+	deleteFailed(key string, err error)
+}
+
+// pendingDelete is one acknowledged delete. err is set before done closes.
+type pendingDelete struct {
+	key  string
+	dir  entryDir
+	done chan struct{}
+	err  error
+}
+
+func newDeleteWriteback(concurrency int, del func(string, fencing.Version) error, failed func(string, error)) *deleteWriteback {
+	return &deleteWriteback{
+		del:     del,
+		failed:  failed,
+		slots:   make(chan struct{}, max(concurrency, 1)),
+		room:    make(chan struct{}, maxPendingDeletes),
+		pending: map[string]*pendingDelete{},
+	}
+}
+
+// add acknowledges the delete of key at version base, the name of an entry
+// of dir, and sends it in the background (its error comes later, see
+// above). It waits only for room in the queue, or for ctx.
+func (w *deleteWriteback) add(ctx context.Context, dir entryDir, key string, base fencing.Version) error {
+	select {
+	case w.room <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p := &pendingDelete{key: key, dir: dir, done: make(chan struct{})}
+	w.mu.Lock()
+	prev := w.pending[key] // an earlier delete of the same name, re-created since: after it
+	w.pending[key] = p
+	w.mu.Unlock()
+	w.wg.Add(1)
+	go w.send(p, prev, base)
+	return nil
+}
+
+// send sends p's delete (after prev's, if any) and records its outcome.
+func (w *deleteWriteback) send(p, prev *pendingDelete, base fencing.Version) {
+	defer w.wg.Done()
+	defer func() { <-w.room }()
+	if prev != nil {
+		<-prev.done
+	}
+	w.slots <- struct{}{}
+	err := w.del(p.key, base)
+	<-w.slots
+	if err != nil {
+		w.failed(p.key, err)
+		p.dir.deleteFailed(p.key, err)
+	}
+	w.mu.Lock()
+	if w.pending[p.key] == p {
+		delete(w.pending, p.key)
+	}
+	p.err = err
+	w.mu.Unlock()
+	close(p.done)
+}
+
+// isPending reports whether key's delete was acknowledged and has not
+// ended yet: this mount shows the name as gone.
+func (w *deleteWriteback) isPending(key string) bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pending[key] != nil
+}
+
+// count is the number of deletes queued or in flight.
+func (w *deleteWriteback) count() int {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pending)
+}
+
+// wait waits for the pending delete of key, if any, and returns its error.
+func (w *deleteWriteback) wait(ctx context.Context, key string) error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	p := w.pending[key]
+	w.mu.Unlock()
+	return waitDeletes(ctx, []*pendingDelete{p})
+}
+
+// waitDir waits for the pending deletes of dir's entries and returns the
+// first error among them.
+func (w *deleteWriteback) waitDir(ctx context.Context, dir entryDir) error {
+	return w.waitMatching(ctx, func(p *pendingDelete) bool { return p.dir == dir })
+}
+
+// waitPrefix waits for the pending deletes of keys below prefix and
+// returns the first error among them.
+func (w *deleteWriteback) waitPrefix(ctx context.Context, prefix string) error {
+	return w.waitMatching(ctx, func(p *pendingDelete) bool { return strings.HasPrefix(p.key, prefix) })
+}
+
+// waitAll waits for every pending delete (unmount) and returns their
+// errors.
+func (w *deleteWriteback) waitAll(ctx context.Context) error {
+	return w.waitMatching(ctx, func(*pendingDelete) bool { return true })
+}
+
+func (w *deleteWriteback) waitMatching(ctx context.Context, match func(*pendingDelete) bool) error {
+	if w == nil {
+		return nil
+	}
+	var ps []*pendingDelete
+	w.mu.Lock()
+	for _, p := range w.pending {
+		if match(p) {
+			ps = append(ps, p)
+		}
+	}
+	w.mu.Unlock()
+	return waitDeletes(ctx, ps)
+}
+
+// waitDeletes waits for ps (nil entries are skipped) and joins their
+// errors.
+func waitDeletes(ctx context.Context, ps []*pendingDelete) error {
+	var errs []error
+	for _, p := range ps {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+			if p.err != nil {
+				errs = append(errs, p.err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return errors.Join(errs...)
+}

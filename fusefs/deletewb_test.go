@@ -1,0 +1,95 @@
+package fusefs
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestUnlinkedNamesAreGoneAtOnceAndInTheBucketAfterTheDirectorysFsync
+// unlinks 200 listed files: each name is gone from the mount when unlink
+// returns (lstat, a new listing, a second lookup never bring it back, though
+// the deletes are on their way), and none is left in the bucket, nor seen
+// by a second mount, once fsync of the directory returned.
+func TestUnlinkedNamesAreGoneAtOnceAndInTheBucketAfterTheDirectorysFsync(t *testing.T) {
+	k := newKT(t, 2*time.Minute)
+	const n = 200
+	for i := range n {
+		k.putObject(t, fmt.Sprintf("d/f%03d", i), []byte("x"), nil)
+	}
+	k.putObject(t, "d/keep", []byte("keep"), nil)
+	m := k.mount(serveConfig{Token: 1})
+	if got := len(readNames(t, m.Path("d"))); got != n+1 {
+		t.Fatalf("listed %d names, want %d", got, n+1)
+	}
+	for i := range n {
+		p := m.Path(fmt.Sprintf("d/f%03d", i))
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lstat(p); errnoOf(err) != syscall.ENOENT {
+			t.Fatalf("lstat %s right after its unlink: %v, want ENOENT", p, err)
+		}
+	}
+	if names := readNames(t, m.Path("d")); len(names) != 1 || names[0] != "keep" {
+		t.Fatalf("d lists %v after the unlinks, want [keep]", names)
+	}
+	syncDir(t, m.Path("d"))
+	for i := range n {
+		if key := fmt.Sprintf("d/f%03d", i); k.objectExists(t, key) {
+			t.Fatalf("%s is in the bucket after the directory's fsync", key)
+		}
+	}
+	m2 := k.mount(serveConfig{})
+	if names := readNames(t, m2.Path("d")); len(names) != 1 || names[0] != "keep" {
+		t.Errorf("a second mount lists %v, want [keep]", names)
+	}
+	if err := os.Remove(m.Path("d/keep")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Rmdir(m.Path("d")); err != nil {
+		t.Fatalf("rmdir right after the last unlink (it waits for the deletes): %v", err)
+	}
+	if k.objectExists(t, "d/keep") {
+		t.Error("d/keep is in the bucket after the rmdir of d returned")
+	}
+}
+
+// TestADeleteRefusedAfterATakeoverFailsTheDirectorysFsync: a mount that
+// does not know yet that a newer epoch bound acknowledges an unlink (or
+// refuses it at once, if it learned first); the delete is refused at the
+// storage, the directory's fsync reports EROFS, the object stays, and the
+// name shows it again on the old mount.
+func TestADeleteRefusedAfterATakeoverFailsTheDirectorysFsync(t *testing.T) {
+	k := newKT(t, 2*time.Minute)
+	k.putObject(t, "d/f", []byte("kept"), nil)
+	a := k.mount(serveConfig{Token: 1, Holder: "a"})
+	if _, err := os.ReadFile(a.Path("d/f")); err != nil {
+		t.Fatal(err)
+	}
+	k.mount(serveConfig{Token: 2, Holder: "b"})
+
+	err := os.Remove(a.Path("d/f"))
+	switch errnoOf(err) {
+	case 0:
+		f, err := os.Open(a.Path("d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if got := errnoOf(f.Sync()); got != syscall.EROFS {
+			t.Fatalf("fsync of the directory after a refused delete: %v, want EROFS", got)
+		}
+	case syscall.EROFS: // the mount learned of the takeover first
+	default:
+		t.Fatalf("unlink after a newer epoch bound: %v, want success or EROFS", err)
+	}
+	if b, err := k.getObject("d/f"); err != nil || string(b) != "kept" {
+		t.Fatalf("S3 d/f = %q, %v; want it kept", b, err)
+	}
+	if b, err := os.ReadFile(a.Path("d/f")); err != nil || string(b) != "kept" {
+		t.Errorf("the old mount reads d/f = %q, %v; want the stored file again", b, err)
+	}
+}
