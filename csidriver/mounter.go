@@ -39,8 +39,10 @@ const mountTimeout = 150 * time.Second
 // ...").
 var summaryPid = regexp.MustCompile(`; pid ([0-9]+)\); stop with: `)
 
-// pidOfSummary returns the pid a ready mount's summary line names.
-func pidOfSummary(line string) (int, bool) {
+// PidOfMountSummary returns the pid of the mount process that the line
+// `fencefs mount` prints once the mount is ready names (cmd/fencefs tests
+// that its summary keeps this form).
+func PidOfMountSummary(line string) (int, bool) {
 	m := summaryPid.FindStringSubmatch(line)
 	if m == nil {
 		return 0, false
@@ -69,7 +71,7 @@ func runMount(ctx context.Context, bin string, s volumeSpec, cache, log string) 
 	err := cmd.Run()
 	line := redactAll(lastLine(stderr.String()), secretValues(s.Env))
 	if err == nil {
-		pid, ok := pidOfSummary(stdout.String())
+		pid, ok := PidOfMountSummary(stdout.String())
 		if !ok {
 			return 0, status.Errorf(codes.Internal, "fencefs mount printed no pid: %q", lastLine(stdout.String()))
 		}
