@@ -163,7 +163,9 @@ func TestTwoPublishesOfOneVolumeAreFencedApart(t *testing.T) {
 		if _, err := d.NodePublishVolume(ctx, n.publishReq("shared", target, rwx, n.attrs())); err != nil {
 			t.Fatalf("publish at %s: %v", target, err)
 		}
-		t.Cleanup(func() { _, _ = d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "shared", TargetPath: target}) })
+		t.Cleanup(func() {
+			_, _ = d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "shared", TargetPath: target})
+		})
 	}
 	if pa, pb := mountProcesses(t, a), mountProcesses(t, b); len(pa) != 1 || len(pb) != 1 || pa[0] == pb[0] {
 		t.Fatalf("mount processes %v and %v; want one each", pa, pb)
