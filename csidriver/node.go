@@ -49,6 +49,8 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 
 	if r := d.volume(s.Target); r != nil {
 		switch {
+		case r.Identity == "":
+			return nil, status.Errorf(codes.AlreadyExists, "target path %s holds a fencefs mount the driver has no record of (adopted after a restart): unpublish it first", s.Target)
 		case r.Identity != s.Identity():
 			return nil, status.Errorf(codes.AlreadyExists, "target path %s is published already with other arguments (volume %q)", s.Target, r.VolumeID)
 		case r.alive():

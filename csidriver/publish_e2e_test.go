@@ -185,3 +185,105 @@ func TestTwoPublishesOfOneVolumeAreFencedApart(t *testing.T) {
 		t.Errorf("the bucket holds %q; want B's", got)
 	}
 }
+
+// recordOf returns the path of the record the driver keeps for target.
+func recordOf(t *testing.T, n *node, target string) string {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(n.state, "volumes", "*", "record.json"))
+	for _, p := range paths {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), `"target": "`+target+`"`) {
+			return p
+		}
+	}
+	t.Fatalf("no record of %s under %s", target, n.state)
+	return ""
+}
+
+func TestADriverKilledLeavesTheMountsServingAndItsSuccessorAdoptsThem(t *testing.T) {
+	n := newNode(t)
+	d := n.startDriver(t)
+	ctx := callCtx(t)
+	kept, lost := filepath.Join(n.kubelet, "kept"), filepath.Join(n.kubelet, "lost")
+	for _, target := range []string{kept, lost} {
+		if _, err := d.NodePublishVolume(ctx, n.publishReq("vol-"+filepath.Base(target), target, rwx, n.attrs())); err != nil {
+			t.Fatalf("publish at %s: %v", target, err)
+		}
+	}
+	pids := mountProcesses(t, kept)
+	bindToken(t, kept, "auto")
+	if err := writeFile(filepath.Join(kept, "f"), "before"); err != nil {
+		t.Fatal(err)
+	}
+
+	d.kill()
+	if err := writeFile(filepath.Join(kept, "f"), "while no driver runs"); err != nil {
+		t.Fatalf("a write while no driver runs: %v", err)
+	}
+	if got := n.object(t, "f"); got != "while no driver runs" {
+		t.Errorf("the bucket holds %q", got)
+	}
+	// A driver that lost a record (its mount was published by a driver
+	// that died before writing it, or the state was wiped).
+	if err := os.Remove(recordOf(t, n, lost)); err != nil {
+		t.Fatal(err)
+	}
+
+	d2 := n.startDriver(t)
+	if _, err := d2.NodePublishVolume(ctx, n.publishReq("vol-kept", kept, rwx, n.attrs())); err != nil {
+		t.Fatalf("the same publish after the restart: %v; log: %s", err, d2.log)
+	}
+	if again := mountProcesses(t, kept); !slices.Equal(again, pids) {
+		t.Errorf("the same publish after the restart changed the mount processes: %v, then %v", pids, again)
+	}
+	_, err := d2.NodePublishVolume(ctx, n.publishReq("vol-kept", kept, rwx, n.attrs("uid", "1000")))
+	wantCode(t, "another publish after the restart", err, codes.AlreadyExists, "published already with other arguments")
+	_, err = d2.NodePublishVolume(ctx, n.publishReq("vol-lost", lost, rwx, n.attrs()))
+	wantCode(t, "a publish of the mount without a record", err, codes.AlreadyExists, "no record of")
+	if _, err := d2.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-kept", VolumePath: kept}); err != nil {
+		t.Errorf("stats of the adopted volume: %v", err)
+	}
+	for _, target := range []string{kept, lost} {
+		if _, err := d2.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-" + filepath.Base(target), TargetPath: target}); err != nil {
+			t.Fatalf("unpublish of %s: %v", target, err)
+		}
+		if isFencefsMount(t, target) {
+			t.Errorf("%s is still mounted", target)
+		}
+		waitGone(t, target)
+	}
+	if !strings.Contains(d2.log.String(), "adopted a fencefs mount the driver has no record of") {
+		t.Errorf("the driver did not say it adopted a mount without a record; log: %s", d2.log)
+	}
+}
+
+func TestAPublishWhoseMountProcessDiedIsMountedAgain(t *testing.T) {
+	n := newNode(t)
+	d := n.startDriver(t)
+	ctx := callCtx(t)
+	n.putObject(t, "f", "stored")
+	target := filepath.Join(n.kubelet, "t")
+	req := n.publishReq("vol-1", target, rwx, n.attrs())
+	if _, err := d.NodePublishVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	pids := mountProcesses(t, target)
+	if len(pids) != 1 {
+		t.Fatalf("mount processes %v", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, target)
+	_, err := d.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: target})
+	wantCode(t, "stats of a volume whose process died", err, codes.FailedPrecondition, "is gone")
+	if _, err := d.NodePublishVolume(ctx, req); err != nil {
+		t.Fatalf("the same publish again: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(target, "f")); err != nil || string(b) != "stored" {
+		t.Errorf("reading through the mount again: %q %v", b, err)
+	}
+	if _, err := d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, target)
+}
