@@ -3,6 +3,7 @@ package csidriver_test
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/fencefs/fencefs/integration/kubeserver"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -286,4 +288,45 @@ func TestAPublishWhoseMountProcessDiedIsMountedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, target)
+}
+
+// The StatefulSet of deploy/kubernetes/example: each replica's volume is
+// published without a token, and the replica's `fencefs run
+// --kubernetes-lease` binds the Lease's token through it. Once the second
+// replica led, the first one's mount is fenced.
+func TestFencefsRunWithAKubernetesLeaseBindsTheTokenThroughAPublishedVolume(t *testing.T) {
+	n := newNode(t)
+	srv := kubeserver.ForTest(t)
+	kubeconfig, err := srv.Kubeconfig(kubeserver.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := n.startDriver(t)
+	ctx := callCtx(t)
+	pods := []string{filepath.Join(n.kubelet, "app-0"), filepath.Join(n.kubelet, "app-1")}
+	for _, target := range pods {
+		if _, err := d.NodePublishVolume(ctx, n.publishReq("data", target, rwx, n.attrs())); err != nil {
+			t.Fatalf("publish at %s: %v", target, err)
+		}
+		t.Cleanup(func() {
+			_, _ = d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "data", TargetPath: target})
+		})
+	}
+	run := func(target, line string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, n.bin, "run", "--kubernetes-lease", "default/example-leader", "--kubeconfig", kubeconfig,
+			"--ttl", "2s", "--mount", target, "--", "sh", "-c", `echo "$1" >> "$2"/leader.log`, "sh", line, target)
+		cmd.Env = append(os.Environ(), n.gw.Env()...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("fencefs run on %s: %v\n%s", target, err, out)
+		}
+	}
+	run(pods[0], "app-0 led")
+	run(pods[1], "app-1 led")
+	if got := n.object(t, "leader.log"); got != "app-0 led\napp-1 led\n" {
+		t.Errorf("leader.log holds %q", got)
+	}
+	if err := writeFile(filepath.Join(pods[0], "leader.log"), "app-0 again\n"); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("app-0's write once app-1 led: %v; want EROFS", err)
+	}
 }
