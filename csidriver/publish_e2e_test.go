@@ -315,7 +315,7 @@ func TestFencefsRunWithAKubernetesLeaseBindsTheTokenThroughAPublishedVolume(t *t
 	run := func(target, line string) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, n.bin, "run", "--kubernetes-lease", "default/example-leader", "--kubeconfig", kubeconfig,
-			"--ttl", "2s", "--mount", target, "--", "sh", "-c", `echo "$1" >> "$2"/leader.log`, "sh", line, target)
+			"--ttl", "10s", "--mount", target, "--", "sh", "-c", `echo "$1" >> "$2"/leader.log`, "sh", line, target)
 		cmd.Env = append(os.Environ(), n.gw.Env()...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("fencefs run on %s: %v\n%s", target, err, out)
