@@ -24,7 +24,7 @@ func TestUnknownCommandsAreUsageErrorsWithASuggestion(t *testing.T) {
 	}{
 		{[]string{"stauts", mnt}, "fencefs: ", []string{`unknown command "stauts"`, `did you mean "status"?`, "fencefs mount stauts MOUNTPOINT"}},
 		{[]string{"mout", "bucket", mnt}, "fencefs: ", []string{`unknown command "mout"`, `did you mean "mount"?`}},
-		{[]string{"xyzzy"}, "fencefs: ", []string{`unknown command "xyzzy"`, "accepted: completion, epoch, gc, mount, probe, run, status, version"}},
+		{[]string{"xyzzy"}, "fencefs: ", []string{`unknown command "xyzzy"`, "accepted: completion, csi, epoch, gc, mount, probe, run, status, version"}},
 		{[]string{"epoch", "frob"}, "fencefs: epoch: ", []string{`unknown command "frob" for "fencefs epoch"`, "accepted: raise, show"}},
 		{[]string{"epoch", "shwo", "bucket"}, "fencefs: epoch: ", []string{`did you mean "show"?`}},
 		{[]string{"completion", "nushell"}, "fencefs: completion: ", []string{`unknown command "nushell"`, "accepted: bash, fish, powershell, zsh"}},

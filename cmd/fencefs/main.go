@@ -153,7 +153,7 @@ See docs/CLI.md for configuration files, environment variables and fstab.`,
 	root.Flags().VisitAll(func(f *pflag.Flag) { f.Hidden = true })
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 
-	root.AddCommand(newMountCmd(), newVersionCmd(), newStatusCmd(), newProbeCmd(), newEpochCmd(), newGCCmd(), newRunCmd(), newManCmd())
+	root.AddCommand(newMountCmd(), newVersionCmd(), newStatusCmd(), newProbeCmd(), newEpochCmd(), newGCCmd(), newRunCmd(), newCSICmd(), newManCmd())
 	root.InitDefaultCompletionCmd()
 	for _, c := range append(root.Commands(), root) {
 		c.SuggestionsMinimumDistance = 2

@@ -161,6 +161,9 @@ func (s *Server) flags(port int) []string {
 		"--service-cluster-ip-range=10.0.0.0/24", // a setting only: nothing is sent there
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
+		// As every cluster that runs CSI node plugins (kubeadm's default):
+		// the deploy tests apply a privileged DaemonSet.
+		"--allow-privileged=true",
 		"--v=0",
 	}
 }

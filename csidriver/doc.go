@@ -1,0 +1,31 @@
+// Package csidriver is fencefs's CSI node driver (`fencefs csi`): it
+// serves the CSI Identity and Node services on a unix socket, so that
+// Kubernetes (kubelet) mounts a bucket into a pod as a fencefs volume.
+//
+// A volume is static: a PersistentVolume (or an inline CSI volume) names
+// the bucket in its attributes (bucketName, and any `fencefs mount -o`
+// option by its name: prefix, endpoint, fence_mode, meta_ttl, uid, …), its
+// credentials in a Secret (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+// AWS_SESSION_TOKEN). There is no Controller service.
+//
+// Every NodePublishVolume is one `fencefs mount` process of its own at the
+// pod's target path, never shared with another pod, even on the same node
+// and of the same volume: the fencing token is bound per mount, and two
+// pods sharing one mount would share one token, so the old leader of the
+// two would not be fenced. The mount comes up without a token — read-only
+// until the pod's own `fencefs run --mount` binds one through the mount's
+// root xattr. Credentials reach the mount process in its environment only:
+// never on its command line, in a record or in a log.
+//
+// The mount process runs in a session of its own, not as a child the
+// driver waits for: it outlives the driver. What a restarted driver lost
+// is only its memory of the mounts; it reads it back from the records in
+// Options.StateDir and /proc/self/mountinfo (adopt.go). Every call is
+// idempotent as the CSI specification asks: a repeated publish with the
+// same arguments succeeds, with others it is AlreadyExists; unpublishing a
+// target that is not mounted succeeds.
+//
+// The driver never touches a mounted directory itself but for the statfs
+// of NodeGetVolumeStats, which has a timeout: a stopped fencefs process
+// would hang whoever does. It reads mountinfo instead.
+package csidriver

@@ -1,0 +1,130 @@
+package csidriver_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+	"github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// staticVolumes stands in for the cluster's administrator in csi-sanity:
+// the driver has no Controller service (a PersistentVolume names its
+// bucket), so csi-sanity's "create a volume" is answered here with what a
+// static PersistentVolume holds, its name and its attributes. Only the
+// Node tests that need a volume ask for one; the Controller tests are
+// skipped (docs/CSI.md). csi-sanity asks the Identity service of this
+// endpoint too: it answers with the driver's own answers.
+type staticVolumes struct {
+	csi.UnimplementedControllerServer
+	csi.UnimplementedIdentityServer
+	attrs  map[string]string
+	driver csi.IdentityClient
+}
+
+func (s *staticVolumes) GetPluginInfo(ctx context.Context, req *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return s.driver.GetPluginInfo(ctx, req)
+}
+
+func (s *staticVolumes) GetPluginCapabilities(ctx context.Context, req *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	return s.driver.GetPluginCapabilities(ctx, req)
+}
+
+func (s *staticVolumes) Probe(ctx context.Context, req *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return s.driver.Probe(ctx, req)
+}
+
+func (s *staticVolumes) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is missing")
+	}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: req.GetName(), VolumeContext: s.attrs}}, nil
+}
+
+func (s *staticVolumes) DeleteVolume(context.Context, *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// serveStaticVolumes serves s on a unix socket in dir until the test ends.
+func serveStaticVolumes(t *testing.T, dir string, s *staticVolumes) string {
+	t.Helper()
+	path := filepath.Join(dir, "static.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	csi.RegisterControllerServer(srv, s)
+	csi.RegisterIdentityServer(srv, s)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return "unix://" + path
+}
+
+// TestCSISanity runs the Kubernetes CSI conformance suite (csi-sanity,
+// kubernetes-csi/csi-test) against `fencefs csi`: Identity and Node
+// tests on real mounts of the gateway's bucket. It checks its own counts,
+// so that a suite that skipped everything cannot pass.
+func TestCSISanity(t *testing.T) {
+	n := newNode(t)
+	d := n.startDriver(t)
+	dir := filepath.Dir(n.sock)
+	secrets := filepath.Join(dir, "secrets.yaml")
+	yaml := fmt.Sprintf("NodePublishVolumeSecret:\n  AWS_ACCESS_KEY_ID: %q\n  AWS_SECRET_ACCESS_KEY: %q\n", n.gw.AccessKey, n.gw.SecretKey)
+	if err := os.WriteFile(secrets, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := sanity.NewTestConfig()
+	cfg.Address = "unix://" + n.sock
+	cfg.ControllerAddress = serveStaticVolumes(t, dir, &staticVolumes{attrs: n.attrs(), driver: d.IdentityClient})
+	cfg.TargetPath = filepath.Join(n.kubelet, "target")
+	cfg.StagingPath = filepath.Join(n.kubelet, "staging")
+	cfg.SecretsFile = secrets
+	cfg.TestVolumeAccessType = "mount"
+
+	var report types.Report
+	ginkgo.ReportAfterSuite("counts", func(r ginkgo.Report) { report = r })
+	sanity.GinkgoTest(&cfg)
+	suite, reporter := ginkgo.GinkgoConfiguration()
+	suite.SkipStrings = []string{`\[Controller Server\]`}
+	reporter.Succinct = !testing.Verbose()
+	gomega.RegisterFailHandler(ginkgo.Fail)
+	ginkgo.RunSpecs(t, "csi-sanity against fencefs csi", suite, reporter)
+
+	var passed, skipped, failed int
+	for _, s := range report.SpecReports {
+		if s.LeafNodeType != types.NodeTypeIt {
+			continue
+		}
+		switch {
+		case s.State.Is(types.SpecStatePassed):
+			passed++
+			t.Logf("passed: %s", s.FullText())
+		case s.State.Is(types.SpecStateSkipped | types.SpecStatePending):
+			skipped++
+			t.Logf("skipped: %s: %s", s.FullText(), s.Failure.Message)
+		default:
+			failed++
+		}
+	}
+	t.Logf("csi-sanity: %d passed, %d skipped, %d failed", passed, skipped, failed)
+	// The Identity and Node tests that apply to a node driver without
+	// staging: fewer passing means the suite stopped testing something.
+	if passed < wantSanityPassed || failed > 0 {
+		t.Errorf("csi-sanity: %d passed (want at least %d), %d failed", passed, wantSanityPassed, failed)
+	}
+}
+
+// wantSanityPassed is how many csi-sanity tests pass (docs/CSI.md lists
+// them).
+const wantSanityPassed = 16
