@@ -218,8 +218,12 @@ func (r *results) pairTable(b *bytes.Buffer, defs []metricDef, pairs [][2]string
 		row := []string{p[0] + " / " + p[1]}
 		for _, d := range defs {
 			if d.speed {
-				ratio := ratioString(speedRatio(d, r.median(p[0], d.key), r.median(p[1], d.key)))
-				row = append(row, withNote(ratio, r.pairNote(p[0], p[1], d.key)))
+				ratio := speedRatio(d, r.median(p[0], d.key), r.median(p[1], d.key))
+				cell := ratioString(ratio)
+				if !math.IsNaN(ratio) {
+					cell = withNote(cell, r.pairNote(p[0], p[1], d.key))
+				}
+				row = append(row, cell)
 			}
 		}
 		rows = append(rows, row)
@@ -319,7 +323,10 @@ func (r *results) boundsTable(b *bytes.Buffer) {
 				cell += " " + latencyString(measured/float64(s.ops(r.cfg, r.tree)))
 			}
 			cell += ", " + num(r.requestsPerOp(t.Name(), s.key)) + " req"
-			row = append(row, withNote(cell, r.nsShort(t.Name(), s.key)))
+			if !math.IsNaN(measured) {
+				cell = withNote(cell, r.nsShort(t.Name(), s.key))
+			}
+			row = append(row, cell)
 		}
 		rows = append(rows, row)
 	}
@@ -359,6 +366,9 @@ func (r *results) evaluateLegacy(g legacyGoal, defs map[string]metricDef) (strin
 		return "–", "n/a"
 	default:
 		v, m := r.evaluate(g.goal, defs)
+		if m == "n/a" {
+			return v, m
+		}
 		return withNote(v, r.pairNote(g.target, g.ref, g.metric)), m
 	}
 }
