@@ -35,9 +35,10 @@ func method(cfg config) string {
   GetObject, DeleteObject; rename = CopyObject + DeleteObject (a directory: list, then each object serially).
 - fencefs: the binary in strict, fast and off mode (token auto), default options. s3fs: foreground, use_path_request_style,
   sigv4, tmpdir in its cache directory, defaults otherwise. rclone: `+"`rclone mount`"+` with an s3 remote (provider Other), --vfs-cache-mode off or writes, defaults otherwise.
-  geesefs (only with -geesefs): foreground, --fsync-on-close (close(2) returns once the file is in the bucket), --endpoint
-  and --region of the server, credentials in its environment, defaults otherwise (path-style requests, buffers in memory); its
-  renames and deletes reach the bucket after they return.
+  geesefs (only with -geesefs): foreground, --fsync-on-close, --endpoint and --region of the server, credentials in its
+  environment, defaults otherwise (path-style requests, buffers in memory). --fsync-on-close uploads when the kernel releases
+  the file (FUSE RELEASE), which it sends after close(2) returned, so geesefs is not durable at close; its renames and deletes
+  too reach the bucket after they return (an fsync of their directory waits for them).
 - "close(2) after seq write" is the part of the sequential write spent in close: the upload, for a filesystem that commits
   at close.
 - Peak RSS: VmHWM of the mount process, reset before each workload (clear_refs 5): "seq write" is the peak while writing the

@@ -17,7 +17,8 @@
 //     and writes;
 //   - geesefs, only when -geesefs names its binary (a benchmark-only
 //     dependency, built from its public source): foreground, with
-//     --fsync-on-close, the same promise at close(2) as fencefs.
+//     --fsync-on-close (which uploads in FUSE RELEASE, after close(2)
+//     returned: it is not durable at close).
 //
 // The workloads run as plain system calls from this process on the kernel
 // mounts (each mount is a separate process): sequential write and read of a

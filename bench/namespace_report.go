@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // durableOf maps the durable rate of each namespace workload to its
 // acknowledged rate: the key of the phase that measured both, of its S3
@@ -91,17 +94,37 @@ func withNote(s, note string) string {
 	return s + " (" + note + ")"
 }
 
+// joinNotes joins the notes that are not empty with "; ".
+func joinNotes(notes ...string) string {
+	var out []string
+	for _, n := range notes {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 // pairNote says which of a target / reference pair was not durable where
 // its value of key was taken ("" if both were).
 func (r *results) pairNote(target, ref, key string) string {
-	note := ""
+	var notes []string
 	for _, name := range []string{target, ref} {
 		if n := r.nsShort(name, key); n != "" {
-			if note != "" {
-				note += "; "
-			}
-			note += name + " " + n
+			notes = append(notes, name+" "+n)
 		}
 	}
-	return note
+	return joinNotes(notes...)
+}
+
+// closeNote says which of targets failed a durability check at close
+// ("" if none did), for ratios taken against them.
+func (r *results) closeNote(targets ...string) string {
+	var notes []string
+	for _, name := range targets {
+		if ok, _, _ := r.durable(name); !ok {
+			notes = append(notes, name+" not durable at close")
+		}
+	}
+	return joinNotes(notes...)
 }
