@@ -131,7 +131,17 @@ func allTargets(cfg config) []target {
 			},
 		}
 	}
-	s3fs := &mountTarget{
+	ts := []target{rawTarget{}, fencefs("strict"), fencefs("fast"), fencefs("off"), s3fsTarget()}
+	if cfg.GeesefsBin != "" {
+		ts = append(ts, geesefsTarget(cfg.GeesefsBin))
+	}
+	return append(ts, rclone("off"), rclone("writes"), floorTarget{})
+}
+
+// s3fsTarget is s3fs-fuse in the foreground, path-style, SigV4, staging
+// in its cache directory.
+func s3fsTarget() target {
+	return &mountTarget{
 		name:    "s3fs",
 		durable: true,
 		// a rename is a copy and a delete, a remove a delete, each
@@ -149,11 +159,6 @@ func allTargets(cfg config) []target {
 			return "s3fs", []string{s.bucket, s.mountpoint, "-f", "-o", opts}, nil, nil
 		},
 	}
-	ts := []target{rawTarget{}, fencefs("strict"), fencefs("fast"), fencefs("off"), s3fs}
-	if cfg.GeesefsBin != "" {
-		ts = append(ts, geesefsTarget(cfg.GeesefsBin))
-	}
-	return append(ts, rclone("off"), rclone("writes"), floorTarget{})
 }
 
 // geesefsName is the name of the geesefs target.
