@@ -76,6 +76,9 @@ func rmrfFiles(cfg config) int {
 // mv moves MvFiles of the redirect loop's files into a new directory.
 func (w *workloads) mv(ctx context.Context) error {
 	n := w.env.cfg.MvFiles
+	if err := w.unknownFiles(mRedirect); err != nil {
+		return err
+	}
 	if err := w.in.driver.Mkdir(ctx, movedDir); err != nil {
 		return err
 	}
@@ -90,12 +93,29 @@ func (w *workloads) mv(ctx context.Context) error {
 
 // rmrf removes the redirect loop's directory with rm -rf.
 func (w *workloads) rmrf(ctx context.Context) error {
+	if err := w.unknownFiles(mRedirect, mMv); err != nil {
+		return err
+	}
 	d, err := timed(func() error { return w.shell().RemoveTree(ctx, loopDir) })
 	if err != nil {
 		return err
 	}
 	return w.namespaceDone(ctx, nsRun{ack: mRmrf, durable: mRmrfDurable, ops: rmrfFiles(w.env.cfg), took: d,
 		dirs: []string{path.Dir(loopDir)}, pending: w.rmrfPending})
+}
+
+// unknownFiles returns an error when one of the phases that made the
+// redirect loop's directory what it is failed in this run: how many
+// files it holds is then unknown, and so would be a rate.
+func (w *workloads) unknownFiles(phases ...string) error {
+	for _, e := range w.m.phaseErrors {
+		for _, p := range phases {
+			if strings.HasPrefix(e, p+": ") {
+				return fmt.Errorf("not run: %s failed, so the files in %s/ are unknown", p, loopDir)
+			}
+		}
+	}
+	return nil
 }
 
 // nsRun is one run of a namespace workload whose program has returned.

@@ -322,3 +322,26 @@ func TestNamespaceRowsSayWhatWasNotDurable(t *testing.T) {
 		t.Errorf("requests table has a column per phase, not per rate:\n%s", got)
 	}
 }
+
+func TestNamespaceWorkloadsDoNotRunOnFilesAFailedPhaseLeftUnknown(t *testing.T) {
+	tests := []struct {
+		failed      []string
+		mvErr, rmrf string
+	}{
+		{failed: nil},
+		{failed: []string{"append: bash append loop: exit status 1"}},
+		{failed: []string{"redirect: bash redirect loop: exit status 1"}, mvErr: "redirect failed", rmrf: "redirect failed"},
+		{failed: []string{"mv: bash mv loop: exit status 1"}, rmrf: "mv failed"},
+	}
+	for _, tt := range tests {
+		w := &workloads{m: &measurement{phaseErrors: tt.failed}}
+		for _, c := range []struct {
+			err  error
+			want string
+		}{{w.unknownFiles(mRedirect), tt.mvErr}, {w.unknownFiles(mRedirect, mMv), tt.rmrf}} {
+			if (c.err == nil) != (c.want == "") || (c.err != nil && !strings.Contains(c.err.Error(), c.want)) {
+				t.Errorf("after %q: %v, want %q", tt.failed, c.err, c.want)
+			}
+		}
+	}
+}
