@@ -134,16 +134,24 @@ lint:
 
 ## bench: measure speed and memory against the raw S3 client and peers (s3fs, rclone mount);
 ## prints a markdown table and saves it under bench/results/. BENCHFLAGS=-quick for a smoke run.
-## The listing workloads (ls -l, find) run a second time on MinIO, whose listings carry metadata.
+## A second run on MinIO (whose listings carry metadata and whose DELETE ignores If-Match) measures
+## ls -l, find, the bash loop, mv, rm -rf, tar x and 8 shells against s3fs and fencefs off.
+## GEESEFS=path/to/geesefs adds geesefs --fsync-on-close to both runs: a benchmark-only dependency,
+## built from github.com/yandex-cloud/geesefs (docs/PERFORMANCE.md says how); never needed by `make test`.
 BENCHFLAGS ?=
+GEESEFS ?=
+BENCH_MINIO_WORKLOADS ?= lsl,find,redirect,mv,rmrf,tar,parallel
+BENCH_MINIO_TARGETS ?= raw,fencefs-strict,fencefs-off,s3fs$(if $(GEESEFS),$(comma)geesefs)
+comma := ,
 bench: build $(BIN)/versitygw $(BIN)/minio
 	@for p in s3fs rclone; do \
 	  if ! command -v $$p >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing $$p with apt-get"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$p; \
 	  fi; \
 	done
-	$(GO) run ./bench -bin $(BIN)/fencefs -gateway $(BIN)/versitygw $(BENCHFLAGS)
-	$(GO) run ./bench -bin $(BIN)/fencefs -server minio -workloads lsl,find $(BENCHFLAGS)
+	$(GO) run ./bench -bin $(BIN)/fencefs -gateway $(BIN)/versitygw $(if $(GEESEFS),-geesefs $(GEESEFS)) $(BENCHFLAGS)
+	$(GO) run ./bench -bin $(BIN)/fencefs -server minio -workloads $(BENCH_MINIO_WORKLOADS) -only $(BENCH_MINIO_TARGETS) \
+	  $(if $(GEESEFS),-geesefs $(GEESEFS)) $(BENCHFLAGS)
 
 ## torture: the many-writers fencing checker, for longer (DURATION=30m)
 torture: build $(BIN)/versitygw $(BIN)/minio

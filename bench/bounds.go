@@ -18,6 +18,8 @@ type calibration struct {
 	Put      float64 // seconds per PUT of a small object, one at a time
 	Get      float64 // seconds per GET of a small object
 	Put8     float64 // seconds per PUT with calParallel PUTs in flight (elapsed / requests)
+	Copy     float64 // seconds per server-side CopyObject of a small object
+	Delete   float64 // seconds per DeleteObject
 	ListPage float64 // seconds per ListObjectsV2 page of 1000 keys (NaN without the listing bucket)
 }
 
@@ -49,6 +51,19 @@ func (e *benchEnv) calibrate(ctx context.Context) (calibration, error) {
 	if c.Get, err = medianLatency(calRequests, func(i int) error {
 		_, err := (&s3Driver{env: e, bucket: bucket}).ReadSmall(ctx, key(i))
 		return err
+	}); err != nil {
+		return c, err
+	}
+	copied := func(i int) string { return fmt.Sprintf("cal/c%d", i) }
+	if c.Copy, err = medianLatency(calRequests, func(i int) error {
+		_, err := e.client.CopyObject(ctx, minio.CopyDestOptions{Bucket: bucket, Object: copied(i)},
+			minio.CopySrcOptions{Bucket: bucket, Object: key(i)})
+		return err
+	}); err != nil {
+		return c, err
+	}
+	if c.Delete, err = medianLatency(calRequests, func(i int) error {
+		return e.client.RemoveObject(ctx, bucket, copied(i), minio.RemoveObjectOptions{})
 	}); err != nil {
 		return c, err
 	}
@@ -123,9 +138,13 @@ func findPages(n int) int { return 1 + 4*pages((n+3)/4) }
 // boundSpecs are the bounds of the legacy workloads. A create or a whole-
 // file replacement is one PUT (conditional in strict mode: If-None-Match
 // or If-Match on the same request); an append to an object the mount has
-// not read is a GET and a PUT; a directory is one PUT of its marker; ls -l
-// needs only the listing pages, which carry every size and time, and a
-// warm ls -l nothing; the parallel shells' PUTs are in flight together.
+// not read is a GET and a PUT; a directory is one PUT of its marker; a
+// rename of a file is a server-side COPY and a DELETE; rm -rf is a DELETE
+// per file and one of the directory's marker (the mount that wrote the
+// directory knows what is in it: no listing), each in turn; ls -l needs
+// only the listing pages, which carry every size and time, and a warm
+// ls -l nothing; the parallel shells' PUTs are in flight together. The
+// durable rates of mv and rm -rf have the same bounds.
 var boundSpecs = []boundSpec{
 	{
 		key:     mRedirect,
@@ -139,6 +158,7 @@ var boundSpecs = []boundSpec{
 		seconds: func(cfg config, _ *tarball, c calibration) float64 { return float64(cfg.ShellFiles) * (c.Get + c.Put) },
 		ops:     func(cfg config, _ *tarball) int { return cfg.ShellFiles },
 	},
+	mvBound(mMv), mvBound(mMvDurable), rmrfBound(mRmrf), rmrfBound(mRmrfDurable),
 	{
 		key:     mTar,
 		rtts:    func(_ config, tb *tarball) string { return fmt.Sprintf("%d × PUT", tarEntries(tb)) },
@@ -175,6 +195,27 @@ var boundSpecs = []boundSpec{
 		},
 		ops: func(config, *tarball) int { return 1 },
 	},
+}
+
+// mvBound is the bound of mv's rate under key: a COPY and a DELETE per file.
+func mvBound(key string) boundSpec {
+	return boundSpec{
+		key:     key,
+		rtts:    func(cfg config, _ *tarball) string { return fmt.Sprintf("%d × (COPY + DELETE)", cfg.MvFiles) },
+		seconds: func(cfg config, _ *tarball, c calibration) float64 { return float64(cfg.MvFiles) * (c.Copy + c.Delete) },
+		ops:     func(cfg config, _ *tarball) int { return cfg.MvFiles },
+	}
+}
+
+// rmrfBound is the bound of rm -rf's rate under key: a DELETE per file,
+// and one of the directory's marker.
+func rmrfBound(key string) boundSpec {
+	return boundSpec{
+		key:     key,
+		rtts:    func(cfg config, _ *tarball) string { return fmt.Sprintf("%d × DELETE", rmrfFiles(cfg)+1) },
+		seconds: func(cfg config, _ *tarball, c calibration) float64 { return float64(rmrfFiles(cfg)+1) * c.Delete },
+		ops:     func(cfg config, _ *tarball) int { return rmrfFiles(cfg) },
+	}
 }
 
 // workloadSeconds turns a legacy metric's value into the seconds one run

@@ -206,6 +206,9 @@ func (floorTarget) Name() string { return floorName }
 // durability is checked.
 func (floorTarget) DurableAtClose() bool { return false }
 
+// Namespace implements target: nothing goes to the bucket.
+func (floorTarget) Namespace() nsContract { return nsContract{} }
+
 // Start implements target: it mounts the loopback over a fresh directory,
 // or for the listing bucket over a copy of its tree made once.
 func (floorTarget) Start(ctx context.Context, env *benchEnv, bucket, scratch string) (*instance, error) {

@@ -19,6 +19,9 @@ func TestParseWorkloadsAddsWhatTheyNeedAndRejectsUnknownNames(t *testing.T) {
 	}{
 		{in: "redirect", want: []string{wRedirect}},
 		{in: "append", want: []string{wRedirect, wAppend}},
+		{in: "mv", want: []string{wRedirect, wMv}},
+		{in: "rmrf,lsl", want: []string{wRedirect, wRmrf, wLsl}},
+		{in: "lsl,find,mv,rmrf,tar,parallel", want: []string{wRedirect, wMv, wRmrf, wTar, wParallel, wLsl, wFind}},
 		{in: "lsl, find", want: []string{wLsl, wFind}},
 		{in: "find,tar,redirect", want: []string{wRedirect, wTar, wFind}},
 		{in: "stat", want: []string{mCreate, mStat}},
@@ -27,6 +30,7 @@ func TestParseWorkloadsAddsWhatTheyNeedAndRejectsUnknownNames(t *testing.T) {
 		{in: "all", want: append(slices.Clone(basicWorkloads), legacyWorkloads...)},
 		{in: "seq_write,parallel", want: []string{mSeqWrite, wParallel}},
 		{in: "ls", wantErr: `unknown workload "ls"`},
+		{in: "rm", wantErr: `unknown workload "rm"`},
 		{in: "", wantErr: "no workload selected"},
 		{in: " , ", wantErr: "no workload selected"},
 	}
@@ -111,9 +115,9 @@ func TestPagesRoundUpToWholeListingPages(t *testing.T) {
 }
 
 func TestBoundIsRoundTripsAtRawLatencyPlusTheFloor(t *testing.T) {
-	cfg := config{ShellFiles: 100, Shells: 4, ListFiles: 2500, FindFiles: 4000, Runs: 1}
+	cfg := config{ShellFiles: 100, MvFiles: 20, Shells: 4, ListFiles: 2500, FindFiles: 4000, Runs: 1}
 	r := newResults(cfg, allTargets(cfg))
-	r.cal = calibration{Put: 0.002, Get: 0.001, Put8: 0.0005, ListPage: 0.05}
+	r.cal = calibration{Put: 0.002, Get: 0.001, Put8: 0.0005, ListPage: 0.05, Copy: 0.003, Delete: 0.001}
 	r.tree = &tarball{files: make([]tarFile, 9), dirs: 1}
 	r.add(floorName, &measurement{run: 1, values: map[string]float64{
 		mRedirect: 1000, // 1 ms per file
@@ -122,6 +126,8 @@ func TestBoundIsRoundTripsAtRawLatencyPlusTheFloor(t *testing.T) {
 		mParallel: 4000, // 0.25 ms per file
 		mLslCold:  0.1,
 		mLslWarm:  0.05,
+		mMv:       100, // 10 ms per file
+		mRmrf:     1000,
 	}})
 	// fencefs-strict: 4 ms per redirected file, 0.3 s for the cold ls -l.
 	r.add("fencefs-strict", &measurement{run: 1, values: map[string]float64{mRedirect: 250, mLslCold: 0.3, mLslWarm: 0.5}})
@@ -143,6 +149,13 @@ func TestBoundIsRoundTripsAtRawLatencyPlusTheFloor(t *testing.T) {
 		{key: mLslCold, rtt: 0.15, floor: 0.1, total: 0.25, strictEff: 0.25 / 0.3, wantStrictEffKnown: true},
 		// nothing to fetch: the floor alone.
 		{key: mLslWarm, rtt: 0, floor: 0.05, total: 0.05, strictEff: 0.1, wantStrictEffKnown: true},
+		// 20 × (COPY 3 ms + DELETE 1 ms); floor 20 × 10 ms.
+		{key: mMv, rtt: 0.08, floor: 0.2, total: 0.28},
+		// the 80 files mv left and the directory's marker × DELETE 1 ms;
+		// floor 80 files at 1000/s.
+		{key: mRmrf, rtt: 0.081, floor: 0.08, total: 0.161},
+		// the same round trips; no floor measured for the durable rate.
+		{key: mRmrfDurable, rtt: 0.081, floor: math.NaN(), total: math.NaN()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
@@ -153,7 +166,7 @@ func TestBoundIsRoundTripsAtRawLatencyPlusTheFloor(t *testing.T) {
 				}
 			}
 			rtt, floor, total := r.boundOf(spec)
-			if !near(rtt, tt.rtt) || !near(floor, tt.floor) || !near(total, tt.total) {
+			if !near(rtt, tt.rtt) || !nearOrNaN(floor, tt.floor) || !nearOrNaN(total, tt.total) {
 				t.Errorf("bound: round trips %v floor %v total %v; want %v %v %v", rtt, floor, total, tt.rtt, tt.floor, tt.total)
 			}
 			eff := r.efficiencyOf("fencefs-strict", spec)
@@ -165,6 +178,9 @@ func TestBoundIsRoundTripsAtRawLatencyPlusTheFloor(t *testing.T) {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// nearOrNaN is near, or both unknown.
+func nearOrNaN(a, b float64) bool { return near(a, b) || (math.IsNaN(a) && math.IsNaN(b)) }
 
 func TestBoundIsUnknownWithoutTheFloor(t *testing.T) {
 	if got := bound(0.2, math.NaN()); !math.IsNaN(got) {

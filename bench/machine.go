@@ -35,6 +35,10 @@ func method(cfg config) string {
   GetObject, DeleteObject; rename = CopyObject + DeleteObject (a directory: list, then each object serially).
 - fencefs: the binary in strict, fast and off mode (token auto), default options. s3fs: foreground, use_path_request_style,
   sigv4, tmpdir in its cache directory, defaults otherwise. rclone: `+"`rclone mount`"+` with an s3 remote (provider Other), --vfs-cache-mode off or writes, defaults otherwise.
+  geesefs (only with -geesefs): foreground, --fsync-on-close, --endpoint and --region of the server, credentials in its
+  environment, defaults otherwise (path-style requests, buffers in memory). --fsync-on-close uploads when the kernel releases
+  the file (FUSE RELEASE), which it sends after close(2) returned, so geesefs is not durable at close; its renames and deletes
+  too reach the bucket after they return (an fsync of their directory waits for them).
 - "close(2) after seq write" is the part of the sequential write spent in close: the upload, for a filesystem that commits
   at close.
 - Peak RSS: VmHWM of the mount process, reset before each workload (clear_refs 5): "seq write" is the peak while writing the
@@ -61,6 +65,9 @@ func reproFlags(cfg config) []string {
 	}
 	if len(cfg.Workloads) > 0 && !slices.Equal(cfg.Workloads, workloadGroups["all"]) {
 		f = append(f, "-workloads "+strings.Join(cfg.Workloads, ","))
+	}
+	if cfg.GeesefsBin != "" {
+		f = append(f, "-geesefs "+cfg.GeesefsBin)
 	}
 	if len(cfg.FencefsArgs) > 0 {
 		f = append(f, fmt.Sprintf("-fencefs-args %q", strings.Join(cfg.FencefsArgs, " ")))
@@ -122,6 +129,10 @@ func describeMachine(cfg config) []kv {
 		}
 		fencefsVersion += "; source " + rev + dirty
 	}
+	geesefs := "not measured (no -geesefs)"
+	if cfg.GeesefsBin != "" {
+		geesefs = first(cfg.GeesefsBin, "--version") + " (" + cfg.GeesefsBin + ")"
+	}
 	return []kv{
 		{"host", host},
 		{"CPU", fmt.Sprintf("%d × %s", runtime.NumCPU(), cpu)},
@@ -135,6 +146,7 @@ func describeMachine(cfg config) []kv {
 		{"S3 server of this run", string(cfg.Server)},
 		{"s3fs", first("s3fs", "--version")},
 		{"rclone", first("rclone", "version")},
+		{"geesefs", geesefs},
 		{"fuse", first("fusermount3", "--version")},
 	}
 }

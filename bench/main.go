@@ -14,7 +14,11 @@
 //     fence mode;
 //   - s3fs: s3fs-fuse from Debian, foreground, default options;
 //   - rclone-off and rclone-writes: `rclone mount` with --vfs-cache-mode off
-//     and writes.
+//     and writes;
+//   - geesefs, only when -geesefs names its binary (a benchmark-only
+//     dependency, built from its public source): foreground, with
+//     --fsync-on-close (which uploads in FUSE RELEASE, after close(2)
+//     returned: it is not durable at close).
 //
 // The workloads run as plain system calls from this process on the kernel
 // mounts (each mount is a separate process): sequential write and read of a
@@ -26,7 +30,12 @@
 //
 // The workloads of legacy programs run the programs themselves on each
 // mount: a bash loop of `echo "payload $i" > d/f$i` (500 files) and
-// one of `>>` appends to them, tar x of the Go distribution's net/http
+// one of `>>` appends to them, a bash loop of `mv d/f$i d2/f$i` over 100
+// of them, rm -rf of d (each of these two rated until the program
+// returned and until its changes were in the bucket: after fsync of the
+// directories and syncfs, the benchmark's S3 client lists the bucket
+// until they are; what was not there when the program returned is
+// reported next to the rate), tar x of the Go distribution's net/http
 // (-tar-dir), 8 shells running the redirect loop at once, and, on a second
 // mount of a bucket the raw client filled once in parallel, ls -l of a
 // 20,000-object directory cold and warm and find -type f over 100,000
@@ -37,7 +46,7 @@
 // workloads on go-fuse's loopback example ("fuse-floor", see bench/floor);
 // the report gives each target's efficiency against it. -workloads selects
 // workloads by name or group (basic, legacy, all), e.g.
-// `-workloads redirect,tar,lsl`.
+// `-workloads redirect,mv,rmrf,tar,lsl`.
 //
 // Runs are interleaved (run 1 of every target, then run 2 …) so that drift on
 // the machine spreads over all targets; the table shows medians, ratios to
@@ -71,6 +80,7 @@ import (
 type config struct {
 	FencefsBin    string
 	GatewayBin    string
+	GeesefsBin    string       // the geesefs binary; "" = no geesefs target
 	Server        gateway.Kind // the S3 server: gateway.Versity or gateway.MinIO
 	LargeSize     int64        // bytes of the sequential write/read file
 	SmallCount    int          // number of small files
@@ -97,10 +107,14 @@ type config struct {
 	Verbose       bool
 	Workloads     []string // workloads to run, in order (see select.go)
 	ShellFiles    int      // files per bash redirect/append loop
-	Shells        int      // parallel shells running the redirect loop
-	TarDir        string   // directory tree archived and extracted with tar x
-	ListFiles     int      // objects in the directory listed with ls -l
-	FindFiles     int      // objects in the 4 directories find walks
+	MvFiles       int      // of those, files moved one by one with mv
+	// SyncWait is how long after the directories' fsync the bucket is
+	// watched for the changes of mv and rm -rf (namespace.go)
+	SyncWait  time.Duration
+	Shells    int    // parallel shells running the redirect loop
+	TarDir    string // directory tree archived and extracted with tar x
+	ListFiles int    // objects in the directory listed with ls -l
+	FindFiles int    // objects in the 4 directories find walks
 }
 
 func main() {
@@ -154,6 +168,7 @@ type rawFlags struct {
 func defineFlags(fs *flag.FlagSet, c *config, r *rawFlags) {
 	fs.StringVar(&c.FencefsBin, "bin", "bin/fencefs", "fencefs binary")
 	fs.StringVar(&c.GatewayBin, "gateway", "", "versitygw binary (default: $FENCEFS_VERSITYGW, <repo>/bin/versitygw, $PATH)")
+	fs.StringVar(&c.GeesefsBin, "geesefs", "", "geesefs binary: adds the target geesefs, run with --fsync-on-close (default: no geesefs target)")
 	fs.StringVar(&r.server, "server", string(gateway.Versity), "the S3 server every target uses: versitygw, or minio (a single drive; binary: $FENCEFS_MINIO, <repo>/bin/minio, $PATH)")
 	fs.StringVar(&r.size, "size", "1GiB", "size of the sequentially written and read file")
 	fs.IntVar(&c.SmallCount, "small", 1000, "number of small files")
@@ -161,7 +176,8 @@ func defineFlags(fs *flag.FlagSet, c *config, r *rawFlags) {
 	fs.IntVar(&c.RenameFiles, "rename-files", 100, "number of files renamed one by one")
 	fs.IntVar(&c.DirFiles, "dir-files", 100, "number of files in the renamed directory")
 	fs.IntVar(&c.Runs, "runs", 3, "runs per target (the table shows medians)")
-	fs.StringVar(&r.only, "only", "", "comma-separated targets to run (default all): "+strings.Join(targetNames(), ","))
+	fs.StringVar(&r.only, "only", "", "comma-separated targets to run (default all): "+strings.Join(targetNames(config{GeesefsBin: "geesefs"}), ",")+
+		" (geesefs only with -geesefs)")
 	fs.BoolVar(&c.Quick, "quick", false, "smoke run: small sizes, one run, no results file unless -out is given")
 	fs.StringVar(&c.Out, "out", "", `results file (default bench/results/<date>-<host>.md; "-" = none)`)
 	fs.StringVar(&c.WorkDir, "workdir", "", "directory for the gateway data, mountpoints, caches and logs (default: a new directory in /dev/shm when memory allows, else /var/tmp)")
@@ -179,8 +195,10 @@ func defineFlags(fs *flag.FlagSet, c *config, r *rawFlags) {
 	fs.BoolVar(&c.FailOnError, "fail-on-error", false, "exit with status 1 when a target run fails or a target that promises durability at close breaks it (for smoke tests)")
 	fs.BoolVar(&c.Verbose, "v", false, "log every step")
 	fs.StringVar(&r.workloads, "workloads", "all", "comma-separated workloads to run (what they need is added): "+
-		strings.Join(workloadGroups["all"], ",")+"; or the groups basic (file and directory operations), legacy (bash, tar, ls, find), all")
+		strings.Join(workloadGroups["all"], ",")+"; or the groups basic (file and directory operations), legacy (bash, mv, rm, tar, ls, find), all")
 	fs.IntVar(&c.ShellFiles, "shell-files", 500, "files written by each bash redirect loop (and appended to)")
+	fs.IntVar(&c.MvFiles, "mv-files", 100, "of the redirect loop's files, how many mv moves one by one (rm -rf removes the rest)")
+	fs.DurationVar(&c.SyncWait, "sync-wait", time.Minute, "after mv and rm -rf and the fsync of their directories, how long to wait for their changes to be in the bucket")
 	fs.IntVar(&c.Shells, "shells", 8, "parallel shells running the redirect loop")
 	fs.StringVar(&c.TarDir, "tar-dir", "", "directory tree archived, then extracted with tar x (default $(go env GOROOT)/src/net/http)")
 	fs.IntVar(&c.ListFiles, "ls-files", 20000, "objects in the directory listed with ls -l (written by the raw client)")
@@ -203,7 +221,7 @@ func (r rawFlags) apply(c *config) error {
 	}
 	if c.Runs < 1 || c.SmallCount < 1 || c.SmallSize < 1 || c.RenameFiles < 1 || c.DirFiles < 1 ||
 		c.CheckEvery < 1 || c.RawThreads < 1 || c.WriteChunk < 1 || c.LargeSize < 1 ||
-		c.ShellFiles < 1 || c.Shells < 1 || c.ListFiles < 1 || c.FindFiles < 1 {
+		c.ShellFiles < 1 || c.MvFiles < 1 || c.Shells < 1 || c.ListFiles < 1 || c.FindFiles < 1 || c.SyncWait <= 0 {
 		return errors.New("counts and sizes must be positive")
 	}
 	if c.FindFiles < 4 {
@@ -214,11 +232,14 @@ func (r rawFlags) apply(c *config) error {
 	default:
 		return fmt.Errorf("-server: %q is neither %s nor %s", r.server, gateway.Versity, gateway.MinIO)
 	}
+	if err := checkGeesefs(c); err != nil {
+		return err
+	}
 	if r.only != "" {
 		for _, name := range strings.Split(r.only, ",") {
 			name = strings.TrimSpace(name)
-			if !slices.Contains(targetNames(), name) {
-				return fmt.Errorf("-only: unknown target %q (known: %s)", name, strings.Join(targetNames(), ","))
+			if !slices.Contains(targetNames(*c), name) {
+				return fmt.Errorf("-only: unknown target %q (known: %s)", name, strings.Join(targetNames(*c), ","))
 			}
 			c.Only = append(c.Only, name)
 		}
@@ -226,6 +247,9 @@ func (r rawFlags) apply(c *config) error {
 	var err error
 	if c.Workloads, err = parseWorkloads(r.workloads); err != nil {
 		return fmt.Errorf("-workloads: %w", err)
+	}
+	if c.selected(wMv) && c.MvFiles >= c.ShellFiles {
+		return fmt.Errorf("-mv-files %d: fewer than -shell-files %d (rm -rf removes the rest)", c.MvFiles, c.ShellFiles)
 	}
 	c.FencefsArgs = strings.Fields(r.fencefsArgs)
 	return nil
@@ -240,7 +264,7 @@ func quickDefaults(c *config, size *string, set map[string]bool) {
 		quick int
 	}{
 		{"small", &c.SmallCount, 100}, {"rename-files", &c.RenameFiles, 20}, {"dir-files", &c.DirFiles, 20},
-		{"runs", &c.Runs, 1}, {"shell-files", &c.ShellFiles, 50}, {"ls-files", &c.ListFiles, 2000},
+		{"runs", &c.Runs, 1}, {"shell-files", &c.ShellFiles, 50}, {"mv-files", &c.MvFiles, 10}, {"ls-files", &c.ListFiles, 2000},
 		{"find-files", &c.FindFiles, 4000},
 	} {
 		if !set[d.flag] {

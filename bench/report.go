@@ -223,7 +223,7 @@ func table(b *bytes.Buffer, header []string, rows [][]string) {
 }
 
 // peers are the other filesystems fencefs is compared with.
-var peers = []string{"s3fs", "rclone-off", "rclone-writes"}
+var peers = []string{"s3fs", geesefsName, "rclone-off", "rclone-writes"}
 
 // markdown renders the whole report.
 func (r *results) markdown() string {
@@ -399,7 +399,7 @@ func (r *results) basicMarkdown(b *bytes.Buffer, defs []metricDef, byKey map[str
 func (r *results) requestsTable(b *bytes.Buffer, title string, defs []metricDef) {
 	var phases []metricDef
 	for _, d := range defs {
-		if d.speed {
+		if d.speed && phaseKey(d.key) == d.key { // a durable rate shares its phase's requests
 			phases = append(phases, d)
 		}
 	}

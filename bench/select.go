@@ -11,9 +11,10 @@ import (
 var basicWorkloads = []string{mSeqRead, mSeqWrite, mCreate, mStat, mReaddir, mRead, mRename, mRenameDir, mUnlink}
 
 // legacyWorkloads are the workloads run as a legacy program does them
-// (bash, tar, ls, find), in the order they run. lsl and find run
-// on a second mount of a bucket shared by every target (see legacy.go).
-var legacyWorkloads = []string{wRedirect, wAppend, wTar, wParallel, wLsl, wFind}
+// (bash, mv, rm, tar, ls, find), in the order they run. mv and rm -rf
+// work on the redirect loop's directory; lsl and find run on a second
+// mount of a bucket shared by every target (see legacy.go).
+var legacyWorkloads = []string{wRedirect, wAppend, wMv, wRmrf, wTar, wParallel, wLsl, wFind}
 
 // workloadGroups are the names that stand for several workloads.
 var workloadGroups = map[string][]string{
@@ -27,7 +28,7 @@ var workloadGroups = map[string][]string{
 // one selects what it needs.
 var workloadNeeds = map[string]string{
 	mStat: mCreate, mReaddir: mCreate, mRead: mCreate, mUnlink: mCreate,
-	wAppend: wRedirect,
+	wAppend: wRedirect, wMv: wRedirect, wRmrf: wRedirect,
 }
 
 // parseWorkloads parses -workloads: comma-separated workload or group

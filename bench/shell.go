@@ -22,6 +22,8 @@ import (
 const (
 	wRedirect = "redirect"
 	wAppend   = "append"
+	wMv       = "mv"
+	wRmrf     = "rmrf"
 	wTar      = "tar"
 	wParallel = "parallel"
 	wLsl      = "lsl"
@@ -32,13 +34,20 @@ const (
 const (
 	mRedirect = "redirect" // files/s of one bash loop of `echo … > d/f$i`
 	mAppend   = "append"   // files/s of one bash loop of `echo … >> d/f$i`
-	mTar      = "tar"      // seconds of one tar x
-	mParallel = "parallel" // files/s of Shells bash redirect loops at once
-	mLslCold  = "lsl_cold" // seconds of the first ls -l of the big directory
-	mLslWarm  = "lsl_warm" // seconds of the second
-	mFind     = "find"     // seconds of find -type f over FindFiles objects
-	mFindLsl  = "find_lsl" // ls -l of find's 4 directories: peak RSS only
-	mRSSList  = "rss_list" // peak RSS over ls -l and find (MiB)
+	// files/s of a bash loop of `mv d/f$i d2/f$i` over MvFiles files, and
+	// of rm -rf of d (the files left): until the program returned, and
+	// until its changes were in the bucket (namespace.go)
+	mMv          = "mv"
+	mMvDurable   = "mv_durable"
+	mRmrf        = "rmrf"
+	mRmrfDurable = "rmrf_durable"
+	mTar         = "tar"      // seconds of one tar x
+	mParallel    = "parallel" // files/s of Shells bash redirect loops at once
+	mLslCold     = "lsl_cold" // seconds of the first ls -l of the big directory
+	mLslWarm     = "lsl_warm" // seconds of the second
+	mFind        = "find"     // seconds of find -type f over FindFiles objects
+	mFindLsl     = "find_lsl" // ls -l of find's 4 directories: peak RSS only
+	mRSSList     = "rss_list" // peak RSS over ls -l and find (MiB)
 )
 
 // payload is what the redirect loop writes into file i, appendLine what the
@@ -63,6 +72,13 @@ type shellDriver interface {
 	ListLong(ctx context.Context, dir string) (int, error)
 	// FindFiles returns the number of regular files under dir, at any depth.
 	FindFiles(ctx context.Context, dir string) (int, error)
+	// MoveLoop renames from/f0 … from/f{n-1} to to/f0 … one by one.
+	MoveLoop(ctx context.Context, from, to string, n int) error
+	// RemoveTree removes dir and everything in it.
+	RemoveTree(ctx context.Context, dir string) error
+	// SyncDirs makes what was done in dirs durable the way a program
+	// does: fsync(2) of each directory, then syncfs(2) of the filesystem.
+	SyncDirs(ctx context.Context, dirs ...string) error
 }
 
 var (
@@ -81,6 +97,8 @@ func (w *workloads) shellPhases() []phase {
 	return []phase{
 		{wRedirect, mRedirect, n, w.redirect},
 		{wAppend, mAppend, n, w.appendLoop},
+		{wMv, mMv, cfg.MvFiles, w.mv},
+		{wRmrf, mRmrf, rmrfFiles(cfg), w.rmrf},
 		{wTar, mTar, entries, w.tarX},
 		{wParallel, mParallel, n * cfg.Shells, w.parallel},
 	}
@@ -107,31 +125,31 @@ func timed(fn func() error) (time.Duration, error) {
 	return time.Since(t0), err
 }
 
-// redirect runs the bash redirect loop once into sh/.
+// redirect runs the bash redirect loop once into loopDir.
 func (w *workloads) redirect(ctx context.Context) error {
 	n := w.env.cfg.ShellFiles
-	if err := w.in.driver.Mkdir(ctx, "sh"); err != nil {
+	if err := w.in.driver.Mkdir(ctx, loopDir); err != nil {
 		return err
 	}
 	w.markStart(ctx)
-	d, err := timed(func() error { return w.shell().RedirectLoop(ctx, "sh", n) })
+	d, err := timed(func() error { return w.shell().RedirectLoop(ctx, loopDir, n) })
 	if err != nil {
 		return err
 	}
 	w.m.values[mRedirect] = float64(n) / d.Seconds()
-	w.checkLoop("sh", n, func(i int) int { return len(payload(i)) })
+	w.checkLoop(loopDir, n, func(i int) int { return len(payload(i)) })
 	return nil
 }
 
 // appendLoop runs the bash append loop once over the redirect loop's files.
 func (w *workloads) appendLoop(ctx context.Context) error {
 	n := w.env.cfg.ShellFiles
-	d, err := timed(func() error { return w.shell().AppendLoop(ctx, "sh", n) })
+	d, err := timed(func() error { return w.shell().AppendLoop(ctx, loopDir, n) })
 	if err != nil {
 		return err
 	}
 	w.m.values[mAppend] = float64(n) / d.Seconds()
-	w.checkLoop("sh", n, func(i int) int { return len(payload(i)) + len(appendLine(i)) })
+	w.checkLoop(loopDir, n, func(i int) int { return len(payload(i)) + len(appendLine(i)) })
 	return nil
 }
 

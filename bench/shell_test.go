@@ -76,6 +76,29 @@ func TestShellWorkloadsWriteWhatTheProgramsWrite(t *testing.T) {
 	if got, err := d.FindFiles(ctx, "tar"); err != nil || got != len(tb.files) {
 		t.Errorf("find tar -type f = %d, %v; want %d", got, err, len(tb.files))
 	}
+	if err := d.Mkdir(ctx, movedDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MoveLoop(ctx, loopDir, movedDir, 2); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"sh/f0": false, "sh/f1": false, "sh/f2": true, "sh2/f0": true, "sh2/f1": true, "sh2/f2": false} {
+		if _, err := os.Stat(filepath.Join(root, name)); (err == nil) != want {
+			t.Errorf("after mv of 2 files, %s exists: %v, want %v", name, err == nil, want)
+		}
+	}
+	if err := d.RemoveTree(ctx, loopDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, loopDir)); !os.IsNotExist(err) {
+		t.Errorf("after rm -rf: %v", err)
+	}
+	if err := d.SyncDirs(ctx, ".", movedDir); err != nil {
+		t.Errorf("sync of the directories: %v", err)
+	}
+	if err := d.SyncDirs(ctx, loopDir); err == nil {
+		t.Error("sync of a removed directory: no error")
+	}
 	err := d.RedirectLoop(ctx, "missing", 2)
 	if err == nil || !strings.Contains(err.Error(), "bash redirect loop") ||
 		!strings.Contains(err.Error(), "No such file or directory") || strings.Contains(err.Error(), "\n") {
@@ -100,6 +123,21 @@ func TestRawClientDoesTheSameWorkloadsWithS3Calls(t *testing.T) {
 	}
 	if got, err := d.FindFiles(ctx, "tar"); err != nil || got != len(tb.files) {
 		t.Errorf("files under tar/ = %d, %v; want %d", got, err, len(tb.files))
+	}
+	if err := d.MoveLoop(ctx, loopDir, movedDir, 2); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := d.ReadSmall(ctx, "sh2/f1"); err != nil || string(b) != payload(1)+appendLine(1) {
+		t.Errorf("sh2/f1 after mv = %q, %v", b, err)
+	}
+	if err := d.RemoveTree(ctx, loopDir); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.FindFiles(ctx, loopDir); err != nil || got != 0 {
+		t.Errorf("files under sh/ after rm -rf = %d, %v; want 0", got, err)
+	}
+	if got, err := d.FindFiles(ctx, movedDir); err != nil || got != 2 {
+		t.Errorf("files under sh2/ = %d, %v; want the 2 moved", got, err)
 	}
 
 	// The listing bucket: markers are not entries; find's objects are in
@@ -134,7 +172,7 @@ func TestFloorRunsEveryLegacyWorkloadOnTheLoopbackAndUnmounts(t *testing.T) {
 	harness.RequireFUSE(t)
 	gw := gateway.ForTest(t)
 	ctx := t.Context()
-	cfg := config{ShellFiles: 5, Shells: 2, ListFiles: 7, FindFiles: 8, CheckEvery: 1,
+	cfg := config{ShellFiles: 5, MvFiles: 2, Shells: 2, ListFiles: 7, FindFiles: 8, CheckEvery: 1, SyncWait: time.Second,
 		Workloads: legacyWorkloads, WorkDir: t.TempDir(), TargetTimeout: 2 * time.Minute}
 	e := &benchEnv{cfg: cfg, gw: gw, client: gw.Client()}
 	e.legacy.tree = smallTree(t)
@@ -147,12 +185,12 @@ func TestFloorRunsEveryLegacyWorkloadOnTheLoopbackAndUnmounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{mRedirect, mAppend, mTar, mParallel, mLslCold, mLslWarm, mFind, mRSSList} {
+	for _, k := range []string{mRedirect, mAppend, mMv, mMvDurable, mRmrf, mRmrfDurable, mTar, mParallel, mLslCold, mLslWarm, mFind, mRSSList} {
 		if v, ok := m.values[k]; !ok || v <= 0 {
 			t.Errorf("%s = %v, %v; want a measurement", k, v, ok)
 		}
 	}
-	if m.checks != 0 || len(m.failures) != 0 || len(m.phaseErrors) != 0 {
+	if m.checks != 0 || len(m.failures) != 0 || len(m.phaseErrors) != 0 || len(m.namespace) != 0 {
 		t.Errorf("floor: %d checks, failures %v, failed workloads %v; want none", m.checks, m.failures, m.phaseErrors)
 	}
 	for _, mnt := range []string{"fuse-floor-r1/mnt", "fuse-floor-r1-listing/mnt"} {

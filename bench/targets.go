@@ -28,6 +28,9 @@ type target interface {
 	// it either way; a target promising it and failing the check is
 	// reported as such.
 	DurableAtClose() bool
+	// Namespace says what the target promises of the renames and deletes
+	// a program makes (namespace.go).
+	Namespace() nsContract
 	// Start makes the target ready on bucket (mounts it) using scratch as
 	// its private directory, and returns a running instance. The caller
 	// must call Stop on the instance, also when ctx is cancelled.
@@ -59,23 +62,24 @@ type instance struct {
 // Stop stops the instance; see instance.stop.
 func (in *instance) Stop() error { return in.stop() }
 
-// targetNames lists every target in the order they are measured.
-func targetNames() []string {
+// targetNames lists every target of cfg in the order they are measured.
+func targetNames(cfg config) []string {
 	var names []string
-	for _, t := range allTargets(config{}) {
+	for _, t := range allTargets(cfg) {
 		names = append(names, t.Name())
 	}
 	return names
 }
 
 // allTargets returns every known target, raw client first, the FUSE floor
-// (legacy.go) last.
+// (legacy.go) last; geesefs only when cfg has its binary.
 func allTargets(cfg config) []target {
 	fencefs := func(mode string) target {
 		return &mountTarget{
-			name:    "fencefs-" + mode,
-			durable: true,
-			metrics: true,
+			name:      "fencefs-" + mode,
+			durable:   true,
+			namespace: nsContract{durable: nsAtSync},
+			metrics:   true,
 			command: func(s mountSpec) (string, []string, []string, error) {
 				args := []string{"mount", s.bucket, s.mountpoint, "--foreground",
 					"--endpoint", s.env.gw.Endpoint, "--cache-dir", s.cacheDir, "--fence-mode", mode}
@@ -91,12 +95,20 @@ func allTargets(cfg config) []target {
 		}
 	}
 	rclone := func(cacheMode string) target {
+		// With cache mode off a rename is a server-side copy and a
+		// delete, a remove a delete, each before the call returns; with
+		// "writes" a file not yet uploaded is renamed in the cache.
+		ns := nsContract{}
+		if cacheMode == "off" {
+			ns.durable = nsAtReturn
+		}
 		return &mountTarget{
 			name: "rclone-" + cacheMode,
 			// With cache mode off rclone streams the upload during the
 			// writes and completes it in close; with "writes" it uploads
 			// from its cache after close (--vfs-write-back, 5 s).
-			durable: cacheMode == "off",
+			durable:   cacheMode == "off",
+			namespace: ns,
 			command: func(s mountSpec) (string, []string, []string, error) {
 				conf := filepath.Join(s.scratch, "rclone.conf")
 				if err := os.WriteFile(conf, nil, 0o600); err != nil {
@@ -119,9 +131,22 @@ func allTargets(cfg config) []target {
 			},
 		}
 	}
-	s3fs := &mountTarget{
+	ts := []target{rawTarget{}, fencefs("strict"), fencefs("fast"), fencefs("off"), s3fsTarget()}
+	if cfg.GeesefsBin != "" {
+		ts = append(ts, geesefsTarget(cfg.GeesefsBin))
+	}
+	return append(ts, rclone("off"), rclone("writes"), floorTarget{})
+}
+
+// s3fsTarget is s3fs-fuse in the foreground, path-style, SigV4, staging
+// in its cache directory.
+func s3fsTarget() target {
+	return &mountTarget{
 		name:    "s3fs",
 		durable: true,
+		// a rename is a copy and a delete, a remove a delete, each
+		// before the call returns
+		namespace: nsContract{durable: nsAtReturn},
 		command: func(s mountSpec) (string, []string, []string, error) {
 			passwd := filepath.Join(s.scratch, "passwd-s3fs")
 			if err := os.WriteFile(passwd, []byte(s.env.gw.AccessKey+":"+s.env.gw.SecretKey+"\n"), 0o600); err != nil {
@@ -134,13 +159,60 @@ func allTargets(cfg config) []target {
 			return "s3fs", []string{s.bucket, s.mountpoint, "-f", "-o", opts}, nil, nil
 		},
 	}
-	return []target{
-		rawTarget{},
-		fencefs("strict"), fencefs("fast"), fencefs("off"),
-		s3fs,
-		rclone("off"), rclone("writes"),
-		floorTarget{},
+}
+
+// geesefsName is the name of the geesefs target.
+const geesefsName = "geesefs"
+
+// geesefsTarget is geesefs (github.com/yandex-cloud/geesefs, a
+// benchmark-only dependency given with -geesefs) in the foreground with
+// --fsync-on-close. That flag uploads the file when the kernel releases
+// it (FUSE RELEASE), which the kernel sends after close(2) has returned:
+// the benchmark's check right after close finds no object for most files
+// (v0.43.8), so it is not counted durable at close. Its renames and
+// deletes are asynchronous too: they reach the bucket after the call
+// returns (fsync of a directory waits for them). Path-style requests and
+// plain HTTP are its defaults for an http:// endpoint; defaults otherwise
+// (its write buffers are in memory).
+func geesefsTarget(bin string) target {
+	return &mountTarget{
+		name:    geesefsName,
+		durable: false,
+		// fsync of a directory flushes everything below it
+		namespace: nsContract{durable: nsAtSync, async: true},
+		command: func(s mountSpec) (string, []string, []string, error) {
+			// The credentials are in the environment (aws-sdk-go's first
+			// source), so no secret is on the command line or on disk.
+			env := []string{
+				"AWS_ACCESS_KEY_ID=" + s.env.gw.AccessKey,
+				"AWS_SECRET_ACCESS_KEY=" + s.env.gw.SecretKey,
+			}
+			args := []string{"-f", "--fsync-on-close", "--endpoint", s.env.gw.Endpoint, "--region", s.env.gw.Region,
+				s.bucket, s.mountpoint}
+			return bin, args, env, nil
+		},
 	}
+}
+
+// checkGeesefs makes c's -geesefs path absolute and checks that it is an
+// executable file.
+func checkGeesefs(c *config) error {
+	if c.GeesefsBin == "" {
+		return nil
+	}
+	p, err := filepath.Abs(c.GeesefsBin)
+	if err != nil {
+		return fmt.Errorf("-geesefs: %w", err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("-geesefs: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("-geesefs %s: not an executable file", p)
+	}
+	c.GeesefsBin = p
+	return nil
 }
 
 // selectTargets returns the targets chosen with -only (all by default),
@@ -173,6 +245,9 @@ func (rawTarget) Name() string { return "raw" }
 // answered.
 func (rawTarget) DurableAtClose() bool { return true }
 
+// Namespace implements target, as DurableAtClose.
+func (rawTarget) Namespace() nsContract { return nsContract{durable: nsAtReturn} }
+
 // Start implements target.
 func (rawTarget) Start(_ context.Context, env *benchEnv, bucket, _ string) (*instance, error) {
 	return &instance{
@@ -197,9 +272,10 @@ type mountSpec struct {
 // mountTarget is a FUSE filesystem started as a foreground process; the
 // targets differ only in their command line.
 type mountTarget struct {
-	name    string
-	durable bool
-	metrics bool // serves fencefs's Prometheus metrics when given an address
+	name      string
+	durable   bool
+	namespace nsContract
+	metrics   bool // serves fencefs's Prometheus metrics when given an address
 	// command returns the program, its arguments and extra environment
 	// variables to mount s.bucket at s.mountpoint in the foreground.
 	command func(s mountSpec) (prog string, args, env []string, err error)
@@ -210,6 +286,9 @@ func (t *mountTarget) Name() string { return t.name }
 
 // DurableAtClose implements target.
 func (t *mountTarget) DurableAtClose() bool { return t.durable }
+
+// Namespace implements target.
+func (t *mountTarget) Namespace() nsContract { return t.namespace }
 
 // mountReadyTimeout bounds the wait for a mount to appear.
 const mountReadyTimeout = 60 * time.Second

@@ -59,6 +59,9 @@ type measurement struct {
 	// phaseErrors are the legacy workloads that failed ("phase: error");
 	// the run went on with the next one
 	phaseErrors []string
+	// namespace: what the bucket showed of each namespace workload, by
+	// its acknowledged metric key (namespace.go)
+	namespace map[string]nsState
 }
 
 func (m *measurement) fail(format string, args ...any) {
@@ -172,6 +175,9 @@ type workloads struct {
 	// before is the request count snapshot at the start of the timed part
 	// of the current phase (n is nil without a metrics endpoint)
 	before requestCounts
+	// tombstones are the keys of the bucket found to hold fencefs
+	// tombstones, with their ETags (namespace.go)
+	tombstones map[string]string
 }
 
 // phase is one workload step of a target run.
