@@ -81,6 +81,7 @@ func TestTheMounterRefusesMalformedRequestsWithOneLine(t *testing.T) {
 		b, _ := json.Marshal(r)
 		return string(b)
 	}
+	calls := 0
 	for _, tc := range []struct {
 		name, method, path, body string
 		code                     codes.Code
@@ -108,6 +109,7 @@ func TestTheMounterRefusesMalformedRequestsWithOneLine(t *testing.T) {
 		{"a mount by GET", "GET", pathMount, "", codes.Unimplemented, 404, "no call GET /v1/mount (accepted: POST /v1/mount, POST /v1/unmount, GET /v1/probe)"},
 		{"an unknown call", "POST", "/v1/exec", `{}`, codes.Unimplemented, 404, "no call POST /v1/exec"},
 	} {
+		calls++
 		t.Run(tc.name, func(t *testing.T) {
 			req, err := http.NewRequest(tc.method, "http://mounter"+tc.path, strings.NewReader(tc.body))
 			if err != nil {
@@ -137,8 +139,8 @@ func TestTheMounterRefusesMalformedRequestsWithOneLine(t *testing.T) {
 	if strings.Contains(log.String(), secret) {
 		t.Errorf("the mounter's log shows a secret:\n%s", log)
 	}
-	if n := strings.Count(log.String(), "call failed"); n != 20 {
-		t.Errorf("the mounter logged %d failed calls; want one per request (20):\n%s", n, log)
+	if n := strings.Count(log.String(), "call failed"); n != calls {
+		t.Errorf("the mounter logged %d failed calls; want one per request (%d):\n%s", n, calls, log)
 	}
 }
 

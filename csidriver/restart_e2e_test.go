@@ -15,18 +15,21 @@ import (
 // The node plugin's pod, as deploy/kubernetes/node.yaml runs it: the
 // driver and the mounter in containers of their own. A crash of the
 // driver (its container's main process) restarts its container: every
-// process of it dies. The mounts that the mounter's container started
-// serve on, and the next driver adopts them; the mounts that the driver
-// started itself (one container, no mounter) die with it — the gap the
-// mounter closes, checked here so that this test can tell the two apart.
-func TestADriverContainerRestartLeavesOnlyTheMounterContainersMountsServing(t *testing.T) {
+// process of it dies. The mounts that the mounter's container runs serve
+// on, and the next driver adopts them; the mounts that the driver ran
+// itself (one container, no mounter) die with it — the gap the mounter
+// closes, checked here so that this test tells the two apart — and so do
+// the mounter's when its own container restarts.
+func TestAContainerRestartStopsOnlyTheMountsItRan(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		mounter  bool // a mounter container mounts, else the driver itself
-		survives bool // the mount serves on through the restart
+		mounter  bool   // a mounter container mounts, else the driver itself
+		crash    string // the container that crashes: "driver" or "mounter"
+		survives bool   // the mount serves on through the restart
 	}{
-		{"a mounter container mounts", true, true},
-		{"the driver mounts in its own container", false, false},
+		{"the driver's container, a mounter mounting", true, "driver", true},
+		{"the driver's container, the driver mounting", false, "driver", false},
+		{"the mounter's container", true, "mounter", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t)
@@ -61,26 +64,22 @@ func TestADriverContainerRestartLeavesOnlyTheMounterContainersMountsServing(t *t
 				t.Fatal(err)
 			}
 
-			d.kill(t)
-			if left := d.c.processes(); len(left) > 0 {
-				t.Fatalf("processes of the driver's container outlived it: %v", left)
+			crashed := d.c
+			if tc.crash == "mounter" {
+				crashed = m.c
 			}
-			err := writeFile(filepath.Join(target, "f"), "while the driver restarts")
-			switch {
-			case tc.survives && err != nil:
-				t.Fatalf("a write while the driver's container restarts: %v", err)
-			case tc.survives:
-				if got := n.object(t, "f"); got != "while the driver restarts" {
-					t.Errorf("the bucket holds %q", got)
-				}
-				if b, err := os.ReadFile(filepath.Join(target, "f")); err != nil || string(b) != "while the driver restarts" {
-					t.Errorf("a read while the driver's container restarts: %q %v", b, err)
-				}
-			case !errors.Is(err, syscall.ENOTCONN):
-				t.Fatalf("a write once the driver's container (and its mount) died: %v; want ENOTCONN", err)
+			crashed.crash(t)
+			if left := crashed.processes(); len(left) > 0 {
+				t.Fatalf("processes of the %s's container outlived it: %v", tc.crash, left)
 			}
+			wrote := writeThroughACrash(t, n, target, tc.crash, tc.survives)
 
-			d2 := n.startDriverWith(t, cfg)
+			d2 := d
+			if tc.crash == "driver" {
+				d2 = n.startDriverWith(t, cfg)
+			} else {
+				m = n.startMounter(t)
+			}
 			if _, err := d2.NodePublishVolume(ctx, req); err != nil {
 				t.Fatalf("the same publish after the restart: %v; log: %s", err, d2.log)
 			}
@@ -88,15 +87,11 @@ func TestADriverContainerRestartLeavesOnlyTheMounterContainersMountsServing(t *t
 			if adopted := slices.Equal(again, pids); adopted != tc.survives || len(again) != 1 {
 				t.Errorf("mount processes %v before the restart, %v after the publish again; want the same: %v", pids, again, tc.survives)
 			}
-			if tc.survives && !strings.Contains(d2.log.String(), "alive=true") {
-				t.Errorf("the new driver did not adopt a live mount; log: %s", d2.log)
+			if tc.crash == "driver" && tc.survives != strings.Contains(d2.log.String(), "alive=true") {
+				t.Errorf("the new driver adopted a live mount: %v; want %v; log: %s", !tc.survives, tc.survives, d2.log)
 			}
-			want := "before"
-			if tc.survives {
-				want = "while the driver restarts"
-			}
-			if b, err := os.ReadFile(filepath.Join(target, "f")); err != nil || string(b) != want {
-				t.Errorf("a read after the publish again: %q %v; want %q", b, err, want)
+			if b, err := os.ReadFile(filepath.Join(target, "f")); err != nil || string(b) != wrote {
+				t.Errorf("a read after the publish again: %q %v; want %q", b, err, wrote)
 			}
 			if _, err := d2.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: target}); err != nil {
 				t.Errorf("stats after the restart: %v", err)
@@ -113,4 +108,29 @@ func TestADriverContainerRestartLeavesOnlyTheMounterContainersMountsServing(t *t
 			}
 		})
 	}
+}
+
+// writeThroughACrash writes f of the mount at target once the container
+// crashed is gone: a write that lands when the mount survives, ENOTCONN
+// when it died. It returns what f holds.
+func writeThroughACrash(t *testing.T, n *node, target, crashed string, survives bool) string {
+	t.Helper()
+	data := "while the " + crashed + " restarts"
+	err := writeFile(filepath.Join(target, "f"), data)
+	if !survives {
+		if !errors.Is(err, syscall.ENOTCONN) {
+			t.Fatalf("a write once the %s's container (and the mount) died: %v; want ENOTCONN", crashed, err)
+		}
+		return "before"
+	}
+	if err != nil {
+		t.Fatalf("a write while the %s's container restarts: %v", crashed, err)
+	}
+	if got := n.object(t, "f"); got != data {
+		t.Errorf("the bucket holds %q; want %q", got, data)
+	}
+	if b, err := os.ReadFile(filepath.Join(target, "f")); err != nil || string(b) != data {
+		t.Errorf("a read while the %s's container restarts: %q %v", crashed, b, err)
+	}
+	return data
 }
