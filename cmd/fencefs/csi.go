@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -50,7 +51,13 @@ container leaves the mounts serving. See docs/CSI.md.`,
 		Example: `  # In the node DaemonSet (deploy/kubernetes/node.yaml), beside the mounter:
   fencefs csi --endpoint unix:///csi/csi.sock --node-id "$NODE_NAME" \
     --mounter-socket /run/fencefs-csi/mounter.sock`,
-		Args: cobra.NoArgs,
+		// No arguments; one is an unknown subcommand (fencefs csi mountr).
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{errors.New(unknownCommand(cmd, args[0], ""))}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCSI(o) },
 	}
 	cmd.AddCommand(newCSIMounterCmd())
@@ -130,11 +137,11 @@ func newCSIMounterCmd() *cobra.Command {
 process (in its own session, with its cache and log in the volume's
 directory under --state-dir) or unmount it. It keeps no state and knows
 nothing of CSI: run as the main process of its own container in the node
-plugin's pod, it lets the driver's container restart, or be updated,
-while the mounts serve on. A restart of the mounter's own container stops
-every mount of the node (docs/CSI.md). Requests are refused, with one
-line, unless their target is below --kubelet-dir. SIGTERM or SIGINT stop
-the server; the mounts stay while the process namespace does.`,
+plugin's pod, it lets the driver's container restart while the mounts
+serve on. A restart of the mounter's own container stops every mount of
+the node (docs/CSI.md). Requests are refused, with one line, unless their
+target is below --kubelet-dir. SIGTERM or SIGINT stop the server; the
+mounts stay (in a container: until the container stops).`,
 		Example: `  # In the node DaemonSet (deploy/kubernetes/node.yaml), beside the driver:
   fencefs csi mounter --socket /run/fencefs-csi/mounter.sock --state-dir /var/lib/fencefs-csi`,
 		Args: cobra.NoArgs,

@@ -70,3 +70,20 @@ func TestCSIMounterRefusesRelativePathsAndBadLogSettings(t *testing.T) {
 		}
 	}
 }
+
+func TestCSITakesNoArgumentButItsMounterSubcommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"csi", "mountr"}, `unknown command "mountr" for "fencefs csi"; did you mean "mounter"?`},
+		{[]string{"csi", "frob"}, `unknown command "frob" for "fencefs csi" (accepted: mounter)`},
+		{[]string{"csi", "mounter", "extra"}, `unknown command "extra" for "fencefs csi mounter"`},
+	} {
+		r := runBin(t, nil, tc.args...)
+		oneErrorLine(t, r, "fencefs: "+strings.Join(tc.args[:len(tc.args)-1], " ")+": ", tc.want)
+		if r.code != exitUsage {
+			t.Errorf("%q: exit status %d, want %d", tc.args, r.code, exitUsage)
+		}
+	}
+}
