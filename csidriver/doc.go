@@ -18,9 +18,14 @@
 // never on its command line, in a record or in a log.
 //
 // The mount process runs in a session of its own, not as a child the
-// driver waits for: it outlives the driver. What a restarted driver lost
-// is only its memory of the mounts; it reads it back from the records in
-// Options.StateDir and /proc/self/mountinfo (adopt.go). Every call is
+// driver waits for: it outlives the driver. In a container it does not
+// outlive the container, so in the node plugin's pod the driver does not
+// start it: it asks the mounter (Mounter, `fencefs csi mounter`, the main
+// process of a container of its own: mounterd.go) over a unix socket
+// (Options.MounterSocket, runner.go), and the mount processes are the
+// mounter's container's. What a restarted driver lost is only its memory
+// of the mounts; it reads it back from the records in Options.StateDir
+// and /proc/self/mountinfo (adopt.go). Every call is
 // idempotent as the CSI specification asks: a repeated publish with the
 // same arguments succeeds, with others it is AlreadyExists; unpublishing a
 // target that is not mounted succeeds.

@@ -33,8 +33,15 @@ type Options struct {
 	// KubeletDir is where the fencefs mounts the driver adopts without a
 	// record may be (/var/lib/kubelet); "" adopts only recorded ones.
 	KubeletDir string
-	// Binary is the fencefs binary that mounts (the driver's own).
+	// Binary is the fencefs binary that mounts (the driver's own), when
+	// the driver mounts by itself.
 	Binary string
+	// MounterSocket, when set, is the unix socket of the mounter (`fencefs
+	// csi mounter`), which mounts and unmounts for the driver: the mount
+	// processes are then the mounter's, not the driver's. The driver and
+	// the mounter must share the node's state directory and process
+	// namespace (it reads the mount processes in /proc).
+	MounterSocket string
 	// Version is reported by GetPluginInfo.
 	Version string
 	// Logger receives the driver's log; nil discards it.
@@ -50,6 +57,7 @@ type Driver struct {
 
 	opts Options
 	log  *slog.Logger
+	run  runner
 
 	mu   sync.Mutex
 	vols map[string]*record // GUARDED_BY(mu): by target path
@@ -64,8 +72,10 @@ func New(opts Options) (*Driver, error) {
 		return nil, errors.New("the node id is missing (--node-id)")
 	case opts.StateDir == "":
 		return nil, errors.New("the state directory is missing (--state-dir)")
-	case opts.Binary == "":
+	case opts.Binary == "" && opts.MounterSocket == "":
 		return nil, errors.New("the fencefs binary is missing")
+	case opts.MounterSocket != "" && !filepath.IsAbs(opts.MounterSocket):
+		return nil, fmt.Errorf("the mounter's socket %q is not an absolute path", opts.MounterSocket)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -74,6 +84,10 @@ func New(opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("state directory %s: %v", opts.StateDir, unwrap(err))
 	}
 	d := &Driver{opts: opts, log: opts.Logger, vols: map[string]*record{}, busy: map[string]bool{}}
+	d.run = localRunner{bin: opts.Binary, stateDir: opts.StateDir}
+	if opts.MounterSocket != "" {
+		d.run = newMounterClient(opts.MounterSocket)
+	}
 	if err := d.adopt(); err != nil {
 		return nil, fmt.Errorf("finding the volumes published before: %v", err)
 	}
@@ -123,7 +137,7 @@ func (d *Driver) Serve(ctx context.Context, ln net.Listener) error {
 	csi.RegisterIdentityServer(srv, d)
 	csi.RegisterNodeServer(srv, d)
 	d.log.Info("serving", "driver", Name, "version", d.opts.Version, "node_id", d.opts.NodeID,
-		"endpoint", ln.Addr().String(), "volumes", d.count())
+		"endpoint", ln.Addr().String(), "mounter", d.opts.MounterSocket, "volumes", d.count())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -220,10 +234,11 @@ func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabiliti
 	return &csi.GetPluginCapabilitiesResponse{}, nil
 }
 
-// Probe is ready when the node can mount FUSE filesystems.
-func (d *Driver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "no /dev/fuse: %v (the driver's container needs the host's /dev/fuse)", unwrap(err))
+// Probe is ready when the node can mount FUSE filesystems: the driver
+// itself, or its mounter, which must answer.
+func (d *Driver) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	if err := d.run.probe(ctx); err != nil {
+		return nil, err
 	}
 	return &csi.ProbeResponse{}, nil
 }

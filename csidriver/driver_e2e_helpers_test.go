@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +33,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(containerInitEnv) == "1" {
+		os.Exit(containerInit())
+	}
+	os.Exit(harness.Main(m))
+}
 
 // node is what a test's driver runs on: the S3 server and a bucket, the
 // directory that plays kubelet's, and the driver's state directory.
@@ -97,12 +104,23 @@ func isFencefsMount(t *testing.T, dir string) bool {
 
 // driver is one running `fencefs csi` and a client of it.
 type driver struct {
-	cmd  *exec.Cmd
+	cmd  *exec.Cmd  // without a container
+	c    *container // in one
 	log  *syncBuffer
 	done chan struct{}
 	conn *grpc.ClientConn
 	csi.NodeClient
 	csi.IdentityClient
+}
+
+// driverConfig is how a test runs `fencefs csi`.
+type driverConfig struct {
+	// mounter is the socket of the mounter the driver asks to mount and
+	// unmount; "" mounts by itself.
+	mounter string
+	// container runs the driver as the main process of a container of
+	// its own (container_e2e_helpers_test.go), else as the test's child.
+	container bool
 }
 
 // syncBuffer is the driver's output, written by its process while the
@@ -124,22 +142,40 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startDriver starts `fencefs csi` on n and waits until it answers; it is
-// stopped in t.Cleanup (if the test has not killed it).
+// startDriver starts `fencefs csi` on n, mounting by itself, and waits
+// until it answers; it is stopped in t.Cleanup (if the test has not
+// killed it).
 func (n *node) startDriver(t *testing.T) *driver {
 	t.Helper()
+	return n.startDriverWith(t, driverConfig{})
+}
+
+// startDriverWith starts `fencefs csi` on n as cfg says and waits until it
+// answers (the mounter's Probe included); it is stopped in t.Cleanup.
+func (n *node) startDriverWith(t *testing.T, cfg driverConfig) *driver {
+	t.Helper()
 	d := &driver{log: &syncBuffer{}, done: make(chan struct{})}
-	d.cmd = exec.Command(n.bin, "csi", "--endpoint", "unix://"+n.sock, "--node-id", "node-1",
-		"--state-dir", n.state, "--kubelet-dir", n.kubelet, "--log-level", "debug")
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	args := []string{n.bin, "csi", "--endpoint", "unix://" + n.sock, "--node-id", "node-1",
+		"--state-dir", n.state, "--kubelet-dir", n.kubelet, "--log-level", "debug"}
+	if cfg.mounter != "" {
+		args = append(args, "--mounter-socket", cfg.mounter)
+	}
 	// The driver's own environment holds no credential: each volume's
 	// secret gives them.
-	d.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	if cfg.container {
+		d.c = startContainer(t, d.log, env, args...)
+		d.done = d.c.done
+	} else {
+		d.cmd = exec.Command(args[0], args[1:]...)
+		d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+		d.cmd.Env = env
+		if err := d.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = d.cmd.Wait(); close(d.done) }()
+		t.Cleanup(func() { d.stop(t) })
 	}
-	go func() { _ = d.cmd.Wait(); close(d.done) }()
-	t.Cleanup(func() { d.stop(t) })
 	conn, err := grpc.NewClient("unix://"+n.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -163,9 +199,14 @@ func (n *node) startDriver(t *testing.T) *driver {
 	}
 }
 
-// stop ends the driver with SIGTERM (the mounts stay).
+// stop ends the driver with SIGTERM (the mounts stay, but those of its
+// container, if it has one).
 func (d *driver) stop(t *testing.T) {
 	t.Helper()
+	if d.c != nil {
+		d.c.stop(t)
+		return
+	}
 	select {
 	case <-d.done:
 		return
@@ -181,10 +222,54 @@ func (d *driver) stop(t *testing.T) {
 	}
 }
 
-// kill ends the driver with SIGKILL, as a crash would.
-func (d *driver) kill() {
+// kill ends the driver with SIGKILL, as a crash would (and so its
+// container, if it has one, with every process in it).
+func (d *driver) kill(t *testing.T) {
+	t.Helper()
+	if d.c != nil {
+		d.c.crash(t)
+		return
+	}
 	_ = d.cmd.Process.Kill()
 	<-d.done
+}
+
+// mounter is one running `fencefs csi mounter`, the main process of a
+// container of its own.
+type mounter struct {
+	c    *container
+	log  *syncBuffer
+	sock string
+}
+
+// startMounter starts the mounter of n and waits until it answers; it is
+// stopped in t.Cleanup (and its container with it: the mounts it
+// started die).
+func (n *node) startMounter(t *testing.T) *mounter {
+	t.Helper()
+	m := &mounter{log: &syncBuffer{}, sock: filepath.Join(filepath.Dir(n.sock), "mounter.sock")}
+	m.c = startContainer(t, m.log, []string{"PATH=" + os.Getenv("PATH")},
+		n.bin, "csi", "mounter", "--socket", m.sock, "--state-dir", n.state, "--kubelet-dir", n.kubelet, "--log-level", "debug")
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", m.sock)
+	}}}
+	defer client.CloseIdleConnections()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get("http://mounter/v1/probe")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("the mounter's probe: %s; log: %s", resp.Status, m.log)
+			}
+			return m
+		}
+		if m.c.exited() || time.Now().After(deadline) {
+			t.Fatalf("fencefs csi mounter does not answer: %v; log: %s", err, m.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // attrs are the volume attributes of a volume of n's bucket.

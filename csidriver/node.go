@@ -58,8 +58,8 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		}
 		// The same publish, whose process is gone: mount it again.
 		d.log.Warn("the fencefs process of a published volume is gone: mounting it again", "volume_id", r.VolumeID, "target", s.Target, "pid", r.Pid)
-		if _, err := unmount(ctx, s.Target); err != nil {
-			return nil, status.Errorf(codes.Internal, "%v", err)
+		if _, err := d.run.unmount(ctx, s.Target); err != nil {
+			return nil, err
 		}
 		d.setVolume(s.Target, nil)
 	}
@@ -97,7 +97,7 @@ func (d *Driver) mount(ctx context.Context, s volumeSpec) (*record, error) {
 	if err := saveRecord(dir, *r); err != nil {
 		return nil, status.Errorf(codes.Internal, "volume record in %s: %v", dir, unwrap(err))
 	}
-	pid, err := runMount(ctx, d.opts.Binary, s, filepath.Join(dir, cacheDir), filepath.Join(dir, logFile))
+	pid, err := d.run.mount(ctx, s)
 	if err != nil {
 		if _, ok, _ := mountedAt(s.Target); !ok {
 			_ = os.RemoveAll(dir)
@@ -148,12 +148,9 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if r != nil && r.VolumeID != "" && r.VolumeID != req.GetVolumeId() {
 		return nil, status.Errorf(codes.NotFound, "target path %s holds volume %q, not %q", target, r.VolumeID, req.GetVolumeId())
 	}
-	lazy, err := unmount(ctx, target)
+	lazy, err := d.run.unmount(ctx, target)
 	if err != nil {
-		if _, ok := status.FromError(err); ok {
-			return nil, err
-		}
-		return nil, status.Errorf(codes.Internal, "%v", err)
+		return nil, err
 	}
 	if lazy {
 		d.log.Warn("the mount stayed busy: detached lazily; its process serves the files still open, then exits", "target", target)

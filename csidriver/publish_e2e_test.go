@@ -217,7 +217,7 @@ func TestADriverKilledLeavesTheMountsServingAndItsSuccessorAdoptsThem(t *testing
 		t.Fatal(err)
 	}
 
-	d.kill()
+	d.kill(t)
 	if err := writeFile(filepath.Join(kept, "f"), "while no driver runs"); err != nil {
 		t.Fatalf("a write while no driver runs: %v", err)
 	}

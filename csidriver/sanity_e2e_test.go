@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/fencefs/fencefs/integration/harness"
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/types"
@@ -71,13 +74,23 @@ func serveStaticVolumes(t *testing.T, dir string, s *staticVolumes) string {
 	return "unix://" + path
 }
 
+// sanityAloneEnv, set, runs TestCSISanity against a driver that mounts
+// by itself (a child process of TestCSISanityOfADriverWithoutAMounter).
+const sanityAloneEnv = "FENCEFS_TEST_CSI_SANITY_ALONE"
+
 // TestCSISanity runs the Kubernetes CSI conformance suite (csi-sanity,
-// kubernetes-csi/csi-test) against `fencefs csi`: Identity and Node
-// tests on real mounts of the gateway's bucket. It checks its own counts,
-// so that a suite that skipped everything cannot pass.
+// kubernetes-csi/csi-test) against `fencefs csi` as the node plugin's pod
+// runs it, asking a mounter (`fencefs csi mounter`, another process) to
+// mount: Identity and Node tests on real mounts of the gateway's bucket.
+// It checks its own counts, so that a suite that skipped everything
+// cannot pass.
 func TestCSISanity(t *testing.T) {
 	n := newNode(t)
-	d := n.startDriver(t)
+	var dc driverConfig
+	if os.Getenv(sanityAloneEnv) == "" {
+		dc.mounter = n.startMounter(t).sock
+	}
+	d := n.startDriverWith(t, dc)
 	dir := filepath.Dir(n.sock)
 	secrets := filepath.Join(dir, "secrets.yaml")
 	yaml := fmt.Sprintf("NodePublishVolumeSecret:\n  AWS_ACCESS_KEY_ID: %q\n  AWS_SECRET_ACCESS_KEY: %q\n", n.gw.AccessKey, n.gw.SecretKey)
@@ -117,7 +130,7 @@ func TestCSISanity(t *testing.T) {
 			failed++
 		}
 	}
-	t.Logf("csi-sanity: %d passed, %d skipped, %d failed", passed, skipped, failed)
+	t.Logf("csi-sanity (mounter %q): %d passed, %d skipped, %d failed", dc.mounter, passed, skipped, failed)
 	// The Identity and Node tests that apply to a node driver without
 	// staging: fewer passing means the suite stopped testing something.
 	if passed < wantSanityPassed || failed > 0 {
@@ -128,3 +141,21 @@ func TestCSISanity(t *testing.T) {
 // wantSanityPassed is how many csi-sanity tests pass (docs/CSI.md lists
 // them).
 const wantSanityPassed = 16
+
+// TestCSISanityOfADriverWithoutAMounter runs TestCSISanity against a
+// driver that mounts by itself, in a child test process: csi-sanity
+// (ginkgo) runs once per process.
+func TestCSISanityOfADriverWithoutAMounter(t *testing.T) {
+	if os.Getenv(sanityAloneEnv) != "" {
+		t.Skip("the child process of this test runs TestCSISanity")
+	}
+	harness.RequireFUSE(t)
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestCSISanity$", "-test.v", "-test.count", "1")
+	cmd.Env = append(os.Environ(), sanityAloneEnv+"=1", "FENCEFS_BIN="+harness.Binary(t))
+	out, err := cmd.CombinedOutput()
+	counts := regexp.MustCompile(`csi-sanity \(mounter ""\): [0-9]+ passed, [0-9]+ skipped, [0-9]+ failed`).Find(out)
+	if err != nil || counts == nil {
+		t.Fatalf("TestCSISanity without a mounter: %v; counts %q; output:\n%s", err, counts, out)
+	}
+	t.Logf("%s", counts)
+}

@@ -6,6 +6,7 @@ package csidriver
 
 import (
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -114,6 +115,8 @@ func parsePublish(req *csi.NodePublishVolumeRequest, driverEnv []string) (volume
 		return s, invalid("volume_id is missing")
 	case s.Target == "":
 		return s, invalid("target_path is missing")
+	case !filepath.IsAbs(s.Target):
+		return s, invalid("target_path %q is not an absolute path", s.Target)
 	case req.GetVolumeCapability() == nil:
 		return s, invalid("volume_capability is missing")
 	case req.GetVolumeCapability().GetBlock() != nil:
@@ -152,11 +155,8 @@ func parsePublish(req *csi.NodePublishVolumeRequest, driverEnv []string) (volume
 // and ignored.
 func (s *volumeSpec) addAttributes(attrs map[string]string) error {
 	s.Bucket = strings.TrimSpace(attrs[AttrBucket])
-	if s.Bucket == "" {
-		return invalid("volume attribute %s is missing: the bucket to mount (see docs/CSI.md)", AttrBucket)
-	}
-	if strings.Contains(s.Bucket, "/") {
-		return invalid("volume attribute %s %q holds a '/': give the bucket alone and the key prefix as the attribute prefix", AttrBucket, s.Bucket)
+	if err := checkBucket("volume attribute "+AttrBucket, s.Bucket); err != nil {
+		return err
 	}
 	names := make([]string, 0, len(attrs))
 	for k := range attrs {
@@ -170,6 +170,21 @@ func (s *volumeSpec) addAttributes(attrs map[string]string) error {
 		if err := s.setOption("volume attribute", k, attrs[k]); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkBucket refuses a bucket name that is missing, holds a '/' (a key
+// prefix is the attribute prefix), or starts with '-' (`fencefs mount`
+// would read it as a flag: a bucket name starts with a letter or digit).
+func checkBucket(what, bucket string) error {
+	switch {
+	case bucket == "":
+		return invalid("%s is missing: the bucket to mount (see docs/CSI.md)", what)
+	case strings.Contains(bucket, "/"):
+		return invalid("%s %q holds a '/': give the bucket alone and the key prefix as the attribute prefix", what, bucket)
+	case strings.HasPrefix(bucket, "-"):
+		return invalid("%s %q is not a bucket name (it starts with '-')", what, bucket)
 	}
 	return nil
 }

@@ -48,6 +48,8 @@ func TestParsePublishRefusesWhatCannotBeMountedInOneLine(t *testing.T) {
 		{"no access mode", func(r *csi.NodePublishVolumeRequest) { r.VolumeCapability.AccessMode = nil }, "no access mode"},
 		{"no bucket", func(r *csi.NodePublishVolumeRequest) { delete(r.VolumeContext, AttrBucket) }, "volume attribute bucketName is missing"},
 		{"bucket with a prefix", func(r *csi.NodePublishVolumeRequest) { r.VolumeContext[AttrBucket] = "data/app" }, "give the bucket alone"},
+		{"a bucket that reads as a flag", func(r *csi.NodePublishVolumeRequest) { r.VolumeContext[AttrBucket] = "--token=9" }, "is not a bucket name"},
+		{"a relative target path", func(r *csi.NodePublishVolumeRequest) { r.TargetPath = "pods/p/mount" }, `target_path "pods/p/mount" is not an absolute path`},
 		{"a token", func(r *csi.NodePublishVolumeRequest) { r.VolumeContext["token"] = "7" }, "volume attribute token is not accepted: the volume comes up without a token"},
 		{"a token file by key", func(r *csi.NodePublishVolumeRequest) { r.VolumeContext["fence.token_file"] = "/t" }, "fence.token_file is not accepted"},
 		{"a cache dir", func(r *csi.NodePublishVolumeRequest) { r.VolumeContext["cache_dir"] = "/x" }, "cache_dir is not accepted"},

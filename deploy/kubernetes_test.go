@@ -250,14 +250,16 @@ func TestKubernetesManifestsSpeakTheBinarysLanguage(t *testing.T) {
 		kind, container string
 		command         []string
 	}{
-		{"DaemonSet", "fencefs", []string{"csi"}},
+		{"DaemonSet", "driver", []string{"csi"}},
+		{"DaemonSet", "mounter", []string{"csi", "mounter"}},
 		{"StatefulSet", "app", []string{"run"}},
 	} {
 		known := helpFlags(t, bin, tc.command...)
 		obj := kinds(ms, tc.kind)[0].obj
 		args := containerArgs(t, obj, tc.container)
-		if i := slices.Index(args, tc.command[0]); i < 0 {
-			t.Errorf("%s's container %s does not run fencefs %s: %q", tc.kind, tc.container, tc.command[0], args)
+		if i := slices.Index(args, tc.command[0]); i < 0 || !slices.Equal(args[i:min(i+len(tc.command), len(args))], tc.command) ||
+			tc.container == "driver" && slices.Contains(args, "mounter") {
+			t.Errorf("%s's container %s does not run fencefs %s: %q", tc.kind, tc.container, strings.Join(tc.command, " "), args)
 		}
 		for _, a := range args {
 			if a == "--" {
@@ -300,5 +302,98 @@ func TestKubernetesManifestsSpeakTheBinarysLanguage(t *testing.T) {
 				t.Errorf("%s: %s is neither %s nor a fencefs -o option", m, k, csidriver.AttrBucket)
 			}
 		}
+	}
+}
+
+// container is the container name of a workload's pod template.
+func container(t *testing.T, obj *unstructured.Unstructured, name string) map[string]any {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+	for _, c := range cs {
+		if c := c.(map[string]any); c["name"] == name {
+			return c
+		}
+	}
+	t.Fatalf("%s %s has no container %s", obj.GetKind(), obj.GetName(), name)
+	return nil
+}
+
+// volumeAt is the name of the volume container c mounts at path, and its
+// mount propagation ("" when none is given).
+func volumeAt(c map[string]any, path string) (name, propagation string) {
+	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+	for _, m := range mounts {
+		m := m.(map[string]any)
+		if m["mountPath"] == path {
+			name, _ = m["name"].(string)
+			propagation, _ = m["mountPropagation"].(string)
+			return name, propagation
+		}
+	}
+	return "", ""
+}
+
+// The node plugin's pod runs the mounts in the mounter's container, not
+// the driver's (csidriver's TestADriverContainerRestartLeaves… tests
+// that shape): the two share the mounter's socket, the node's state
+// directory and kubelet's, and one process namespace; only the mounter
+// mounts, so only it is privileged with Bidirectional propagation.
+func TestTheNodePluginRunsTheMountsInTheMounterContainer(t *testing.T) {
+	ds := kinds(loadManifests(t), "DaemonSet")[0].obj
+	spec := func(path ...string) any {
+		v, _, _ := unstructured.NestedFieldNoCopy(ds.Object, append([]string{"spec"}, path...)...)
+		return v
+	}
+	if spec("template", "spec", "shareProcessNamespace") != true {
+		t.Error("the pod does not share its process namespace: the driver would not see the mount processes")
+	}
+	if spec("updateStrategy", "type") != "OnDelete" {
+		t.Errorf("updateStrategy %v; want OnDelete (an update replaces the pod and stops every volume of the node)", spec("updateStrategy", "type"))
+	}
+	volumes := map[string]map[string]any{}
+	vs, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "volumes")
+	for _, v := range vs {
+		v := v.(map[string]any)
+		volumes[v["name"].(string)] = v
+	}
+	driver, mounter := container(t, ds, "driver"), container(t, ds, "mounter")
+	dargs, margs := containerArgs(t, ds, "driver"), containerArgs(t, ds, "mounter")
+	sock := flagValue(t, dargs, "--mounter-socket")
+	if got := flagValue(t, margs, "--socket"); got != sock {
+		t.Errorf("the driver asks the mounter at %s; the mounter serves at %s", sock, got)
+	}
+	for _, tc := range []struct {
+		what, path              string
+		volumeKind              string
+		driverProp, mounterProp string
+		driverFlag, mounterFlag string
+		needsDriver             bool
+	}{
+		{"the mounter's socket", filepath.Dir(sock), "emptyDir", "", "", "", "", true},
+		{"the state directory", flagValue(t, dargs, "--state-dir"), "hostPath", "", "", "--state-dir", "--state-dir", true},
+		{"kubelet's directory", flagValue(t, dargs, "--kubelet-dir"), "hostPath", "HostToContainer", "Bidirectional", "--kubelet-dir", "--kubelet-dir", true},
+		{"/dev/fuse", "/dev/fuse", "hostPath", "", "", "", "", false},
+	} {
+		mv, mprop := volumeAt(mounter, tc.path)
+		dv, dprop := volumeAt(driver, tc.path)
+		switch {
+		case mv == "" || volumes[mv][tc.volumeKind] == nil:
+			t.Errorf("%s: the mounter has no %s volume at %s", tc.what, tc.volumeKind, tc.path)
+		case tc.needsDriver && dv != mv:
+			t.Errorf("%s: the driver mounts volume %q at %s, the mounter %q", tc.what, dv, tc.path, mv)
+		case !tc.needsDriver && dv != "":
+			t.Errorf("%s: the driver mounts it, but mounts nothing itself", tc.what)
+		case mprop != tc.mounterProp || dprop != tc.driverProp:
+			t.Errorf("%s: propagation %q in the mounter, %q in the driver; want %q and %q", tc.what, mprop, dprop, tc.mounterProp, tc.driverProp)
+		}
+		if tc.mounterFlag != "" && flagValue(t, margs, tc.mounterFlag) != flagValue(t, dargs, tc.driverFlag) {
+			t.Errorf("%s: the mounter's %s is not the driver's %s", tc.what, tc.mounterFlag, tc.driverFlag)
+		}
+	}
+	if p, _, _ := unstructured.NestedBool(mounter, "securityContext", "privileged"); !p {
+		t.Error("the mounter is not privileged: it cannot mount with Bidirectional propagation")
+	}
+	if p, _, _ := unstructured.NestedBool(driver, "securityContext", "privileged"); p {
+		t.Error("the driver is privileged: it mounts nothing")
 	}
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/fencefs/fencefs/config"
@@ -18,6 +21,7 @@ type csiOptions struct {
 	nodeID     string
 	stateDir   string
 	kubeletDir string
+	mounter    string
 	logLevel   string
 	logFormat  string
 }
@@ -38,20 +42,47 @@ secret holds AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN.
 The driver keeps a directory per volume under --state-dir (a record, the
 mount's cache directory and its log); restarted, it adopts the mounts it
 finds there and the fencefs mounts under --kubelet-dir. SIGTERM or SIGINT
-stop the server; the mounts stay. See docs/CSI.md.`,
-		Example: `  # In the node DaemonSet (deploy/kubernetes/node.yaml):
-  fencefs csi --endpoint unix:///csi/csi.sock --node-id "$NODE_NAME"`,
-		Args: cobra.NoArgs,
+stop the server; the mounts stay.
+
+With --mounter-socket, the driver does not start the mount processes: it
+asks "fencefs csi mounter", the main process of another container of the
+same pod, to mount and unmount, so that a restart of the driver's
+container leaves the mounts serving. See docs/CSI.md.`,
+		Example: `  # In the node DaemonSet (deploy/kubernetes/node.yaml), beside the mounter:
+  fencefs csi --endpoint unix:///csi/csi.sock --node-id "$NODE_NAME" \
+    --mounter-socket /run/fencefs-csi/mounter.sock`,
+		// No arguments; one is an unknown subcommand (fencefs csi mountr).
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{errors.New(unknownCommand(cmd, args[0], ""))}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCSI(o) },
 	}
+	cmd.AddCommand(newCSIMounterCmd())
 	f := cmd.Flags()
 	f.StringVar(&o.endpoint, "endpoint", "unix:///csi/csi.sock", "unix socket to serve the CSI services on")
 	f.StringVar(&o.nodeID, "node-id", "", "name of this node (required; Kubernetes: spec.nodeName)")
 	f.StringVar(&o.stateDir, "state-dir", "/var/lib/fencefs-csi", "directory of the volumes' records, caches and logs (must outlive the driver: a hostPath)")
 	f.StringVar(&o.kubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet's directory: fencefs mounts below it are adopted after a restart even without a record")
+	f.StringVar(&o.mounter, "mounter-socket", "", `unix socket of "fencefs csi mounter", which then mounts and unmounts the volumes (default: the driver mounts them itself)`)
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	return cmd
+}
+
+// csiLogger is the logger of `fencefs csi` and its mounter, on stderr.
+func csiLogger(level, format string) (*slog.Logger, func(), error) {
+	switch level {
+	case "debug", "info", "warn", "error":
+	default:
+		return nil, nil, usageErrorf("--log-level %q is not a log level (accepted: debug, info, warn, error)", level)
+	}
+	if format != "text" && format != "json" {
+		return nil, nil, usageErrorf("--log-format %q is not a log format (accepted: text, json)", format)
+	}
+	return newLogger(config.Log{Level: level, Format: format}, false)
 }
 
 // runCSI serves the driver until SIGTERM or SIGINT.
@@ -59,26 +90,22 @@ func runCSI(o csiOptions) error {
 	if o.nodeID == "" {
 		return usageErrorf("--node-id is required (the node's name; in the DaemonSet, spec.nodeName)")
 	}
-	switch o.logLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		return usageErrorf("--log-level %q is not a log level (accepted: debug, info, warn, error)", o.logLevel)
+	if o.mounter != "" && !filepath.IsAbs(o.mounter) {
+		return usageErrorf("--mounter-socket %q is not an absolute path", o.mounter)
 	}
-	if o.logFormat != "text" && o.logFormat != "json" {
-		return usageErrorf("--log-format %q is not a log format (accepted: text, json)", o.logFormat)
-	}
-	lc := config.Log{Level: o.logLevel, Format: o.logFormat}
-	log, closeLog, err := newLogger(lc, false)
+	log, closeLog, err := csiLogger(o.logLevel, o.logFormat)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("cannot find own executable, which mounts the volumes: %v", err)
+	exe := ""
+	if o.mounter == "" {
+		if exe, err = os.Executable(); err != nil {
+			return fmt.Errorf("cannot find own executable, which mounts the volumes: %v", err)
+		}
 	}
 	d, err := csidriver.New(csidriver.Options{NodeID: o.nodeID, StateDir: o.stateDir, KubeletDir: o.kubeletDir,
-		Binary: exe, Version: versionString(), Logger: log})
+		Binary: exe, MounterSocket: o.mounter, Version: versionString(), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -89,4 +116,72 @@ func runCSI(o csiOptions) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return d.Serve(ctx, ln)
+}
+
+// csiMounterOptions are the flags of `fencefs csi mounter`.
+type csiMounterOptions struct {
+	socket     string
+	stateDir   string
+	kubeletDir string
+	logLevel   string
+	logFormat  string
+}
+
+func newCSIMounterCmd() *cobra.Command {
+	var o csiMounterOptions
+	cmd := &cobra.Command{
+		Use:   "mounter --socket /run/fencefs-csi/mounter.sock",
+		Short: "Start and stop the CSI driver's mount processes (its own container)",
+		Long: `Serve the mounter of the CSI node driver on a unix socket: when the driver
+("fencefs csi --mounter-socket") asks, start a volume's "fencefs mount"
+process (in its own session, with its cache and log in the volume's
+directory under --state-dir) or unmount it. It keeps no state and knows
+nothing of CSI: run as the main process of its own container in the node
+plugin's pod, it lets the driver's container restart while the mounts
+serve on. A restart of the mounter's own container stops every mount of
+the node (docs/CSI.md). Requests are refused, with one line, unless their
+target is below --kubelet-dir. SIGTERM or SIGINT stop the server; the
+mounts stay (in a container: until the container stops).`,
+		Example: `  # In the node DaemonSet (deploy/kubernetes/node.yaml), beside the driver:
+  fencefs csi mounter --socket /run/fencefs-csi/mounter.sock --state-dir /var/lib/fencefs-csi`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runCSIMounter(o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.socket, "socket", "/run/fencefs-csi/mounter.sock", "unix socket to serve on (the driver's --mounter-socket; root only)")
+	f.StringVar(&o.stateDir, "state-dir", "/var/lib/fencefs-csi", "the driver's --state-dir: the volumes' caches and logs are in it")
+	f.StringVar(&o.kubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet's directory: every target must be below it")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+// runCSIMounter serves the mounter until SIGTERM or SIGINT.
+func runCSIMounter(o csiMounterOptions) error {
+	if !filepath.IsAbs(o.socket) {
+		return usageErrorf("--socket %q is not an absolute path", o.socket)
+	}
+	if !filepath.IsAbs(o.kubeletDir) {
+		return usageErrorf("--kubelet-dir %q is not an absolute path", o.kubeletDir)
+	}
+	log, closeLog, err := csiLogger(o.logLevel, o.logFormat)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cannot find own executable, which mounts the volumes: %v", err)
+	}
+	m, err := csidriver.NewMounter(csidriver.MounterOptions{StateDir: o.stateDir, KubeletDir: o.kubeletDir, Binary: exe, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := csidriver.ListenMounter(o.socket)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return m.Serve(ctx, ln)
 }

@@ -40,11 +40,50 @@ func TestCSIRefusesAMissingNodeIDAndBadLogSettings(t *testing.T) {
 		{csiOptions{nodeID: "n", logLevel: "loud", logFormat: "text"}, `--log-level "loud" is not a log level`},
 		{csiOptions{nodeID: "n", logLevel: "info", logFormat: "xml"}, `--log-format "xml" is not a log format`},
 		{csiOptions{nodeID: "n", logLevel: "info", logFormat: "text", stateDir: t.TempDir(), endpoint: "tcp://127.0.0.1:1"}, "is not a unix socket"},
+		{csiOptions{nodeID: "n", logLevel: "info", logFormat: "text", mounter: "run/mounter.sock"}, `--mounter-socket "run/mounter.sock" is not an absolute path`},
 	} {
 		err := runCSI(tc.o)
 		var ue usageError
 		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v; want a usage error with %q", tc.o, err, tc.want)
+		}
+	}
+}
+
+func TestCSIMounterRefusesRelativePathsAndBadLogSettings(t *testing.T) {
+	ok := csiMounterOptions{socket: "/run/m.sock", stateDir: t.TempDir(), kubeletDir: "/var/lib/kubelet", logLevel: "info", logFormat: "text"}
+	for _, tc := range []struct {
+		edit func(o *csiMounterOptions)
+		want string
+	}{
+		{func(o *csiMounterOptions) { o.socket = "m.sock" }, `--socket "m.sock" is not an absolute path`},
+		{func(o *csiMounterOptions) { o.kubeletDir = "kubelet" }, `--kubelet-dir "kubelet" is not an absolute path`},
+		{func(o *csiMounterOptions) { o.logLevel = "loud" }, `--log-level "loud" is not a log level`},
+		{func(o *csiMounterOptions) { o.logFormat = "xml" }, `--log-format "xml" is not a log format`},
+	} {
+		o := ok
+		tc.edit(&o)
+		err := runCSIMounter(o)
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v; want a usage error with %q", o, err, tc.want)
+		}
+	}
+}
+
+func TestCSITakesNoArgumentButItsMounterSubcommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"csi", "mountr"}, `unknown command "mountr" for "fencefs csi"; did you mean "mounter"?`},
+		{[]string{"csi", "frob"}, `unknown command "frob" for "fencefs csi" (accepted: mounter)`},
+		{[]string{"csi", "mounter", "extra"}, `unknown command "extra" for "fencefs csi mounter"`},
+	} {
+		r := runBin(t, nil, tc.args...)
+		oneErrorLine(t, r, "fencefs: "+strings.Join(tc.args[:len(tc.args)-1], " ")+": ", tc.want)
+		if r.code != exitUsage {
+			t.Errorf("%q: exit status %d, want %d", tc.args, r.code, exitUsage)
 		}
 	}
 }
