@@ -104,6 +104,7 @@ func TestAlertRulesTestsCanFail(t *testing.T) {
 		{"dirty age threshold", "> 15 * 60", "> 14 * 60"},
 		{"staging disk threshold", "< 0.10", "< 0.01"},
 		{"fenced state", `state="fenced"`, `state="active"`},
+		{"refused deletes threshold", "delete_failures_total[10m]) > 0", "delete_failures_total[10m]) > 5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(string(rules), tc.from) {
