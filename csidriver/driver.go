@@ -15,7 +15,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -59,9 +58,10 @@ type Driver struct {
 	log  *slog.Logger
 	run  runner
 
+	busyTargets // calls on one target path, one at a time
+
 	mu   sync.Mutex
 	vols map[string]*record // GUARDED_BY(mu): by target path
-	busy map[string]bool    // GUARDED_BY(mu): target paths with a call in progress
 }
 
 // New returns a Driver for opts, with the volumes published before (by an
@@ -83,7 +83,7 @@ func New(opts Options) (*Driver, error) {
 	if err := os.MkdirAll(filepath.Join(opts.StateDir, "volumes"), 0o700); err != nil {
 		return nil, fmt.Errorf("state directory %s: %v", opts.StateDir, unwrap(err))
 	}
-	d := &Driver{opts: opts, log: opts.Logger, vols: map[string]*record{}, busy: map[string]bool{}}
+	d := &Driver{opts: opts, log: opts.Logger, vols: map[string]*record{}}
 	d.run = localRunner{bin: opts.Binary, stateDir: opts.StateDir}
 	if opts.MounterSocket != "" {
 		d.run = newMounterClient(opts.MounterSocket)
@@ -185,24 +185,6 @@ func (d *Driver) logCall(ctx context.Context, req any, info *grpc.UnaryServerInf
 		d.log.Debug("call", attrs...)
 	}
 	return resp, err
-}
-
-// claim marks target busy for the caller, which must call release; a
-// target already busy is Aborted.
-func (d *Driver) claim(target string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.busy[target] {
-		return status.Errorf(codes.Aborted, "an operation on target path %s is in progress", target)
-	}
-	d.busy[target] = true
-	return nil
-}
-
-func (d *Driver) release(target string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.busy, target)
 }
 
 // volume returns the record of target (nil when none).

@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -47,11 +46,9 @@ type MounterOptions struct {
 // Mounter serves the mounter's API. Calls on one target are serialized (a
 // second one while the first runs is Aborted).
 type Mounter struct {
-	opts MounterOptions
-	log  *slog.Logger
-
-	mu   sync.Mutex
-	busy map[string]bool // GUARDED_BY(mu): targets with a call in progress
+	opts        MounterOptions
+	log         *slog.Logger
+	busyTargets // calls on one target, one at a time
 }
 
 // NewMounter returns a Mounter for opts.
@@ -73,7 +70,7 @@ func NewMounter(opts MounterOptions) (*Mounter, error) {
 	if err := os.MkdirAll(filepath.Join(opts.StateDir, "volumes"), 0o700); err != nil {
 		return nil, fmt.Errorf("state directory %s: %v", opts.StateDir, unwrap(err))
 	}
-	return &Mounter{opts: opts, log: opts.Logger, busy: map[string]bool{}}, nil
+	return &Mounter{opts: opts, log: opts.Logger}, nil
 }
 
 // ListenMounter opens the mounter's unix socket at path (a socket left by
@@ -236,22 +233,6 @@ func (m *Mounter) checkTarget(target string) error {
 		return invalid("target %s is not below the kubelet directory %s (--kubelet-dir)", target, m.opts.KubeletDir)
 	}
 	return nil
-}
-
-func (m *Mounter) claim(target string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.busy[target] {
-		return status.Errorf(codes.Aborted, "a call on target %s is in progress", target)
-	}
-	m.busy[target] = true
-	return nil
-}
-
-func (m *Mounter) release(target string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.busy, target)
 }
 
 // decodeRequest reads one JSON object of at most maxBody bytes into v,

@@ -13,17 +13,47 @@ import (
 	"github.com/fencefs/fencefs/config"
 	"github.com/fencefs/fencefs/csidriver"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // csiOptions are the flags of `fencefs csi`.
 type csiOptions struct {
-	endpoint   string
-	nodeID     string
+	csiShared
+	endpoint string
+	nodeID   string
+	mounter  string
+}
+
+// csiShared are the flags the driver and its mounter share: the state and
+// kubelet directories (the mounter must be given the driver's) and the
+// log.
+type csiShared struct {
 	stateDir   string
 	kubeletDir string
-	mounter    string
 	logLevel   string
 	logFormat  string
+}
+
+// flags registers the shared flags on f, the directories with the
+// command's own usage.
+func (c *csiShared) flags(f *pflag.FlagSet, stateUsage, kubeletUsage string) {
+	f.StringVar(&c.stateDir, "state-dir", "/var/lib/fencefs-csi", stateUsage)
+	f.StringVar(&c.kubeletDir, "kubelet-dir", "/var/lib/kubelet", kubeletUsage)
+	f.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+}
+
+// logger is the logger of `fencefs csi` and its mounter, on stderr.
+func (c *csiShared) logger() (*slog.Logger, func(), error) {
+	switch c.logLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return nil, nil, usageErrorf("--log-level %q is not a log level (accepted: debug, info, warn, error)", c.logLevel)
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return nil, nil, usageErrorf("--log-format %q is not a log format (accepted: text, json)", c.logFormat)
+	}
+	return newLogger(config.Log{Level: c.logLevel, Format: c.logFormat}, false)
 }
 
 func newCSICmd() *cobra.Command {
@@ -64,25 +94,10 @@ container leaves the mounts serving. See docs/CSI.md.`,
 	f := cmd.Flags()
 	f.StringVar(&o.endpoint, "endpoint", "unix:///csi/csi.sock", "unix socket to serve the CSI services on")
 	f.StringVar(&o.nodeID, "node-id", "", "name of this node (required; Kubernetes: spec.nodeName)")
-	f.StringVar(&o.stateDir, "state-dir", "/var/lib/fencefs-csi", "directory of the volumes' records, caches and logs (must outlive the driver: a hostPath)")
-	f.StringVar(&o.kubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet's directory: fencefs mounts below it are adopted after a restart even without a record")
+	o.flags(f, "directory of the volumes' records, caches and logs (must outlive the driver: a hostPath)",
+		"kubelet's directory: fencefs mounts below it are adopted after a restart even without a record")
 	f.StringVar(&o.mounter, "mounter-socket", "", `unix socket of "fencefs csi mounter", which then mounts and unmounts the volumes (default: the driver mounts them itself)`)
-	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	return cmd
-}
-
-// csiLogger is the logger of `fencefs csi` and its mounter, on stderr.
-func csiLogger(level, format string) (*slog.Logger, func(), error) {
-	switch level {
-	case "debug", "info", "warn", "error":
-	default:
-		return nil, nil, usageErrorf("--log-level %q is not a log level (accepted: debug, info, warn, error)", level)
-	}
-	if format != "text" && format != "json" {
-		return nil, nil, usageErrorf("--log-format %q is not a log format (accepted: text, json)", format)
-	}
-	return newLogger(config.Log{Level: level, Format: format}, false)
 }
 
 // runCSI serves the driver until SIGTERM or SIGINT.
@@ -93,7 +108,7 @@ func runCSI(o csiOptions) error {
 	if o.mounter != "" && !filepath.IsAbs(o.mounter) {
 		return usageErrorf("--mounter-socket %q is not an absolute path", o.mounter)
 	}
-	log, closeLog, err := csiLogger(o.logLevel, o.logFormat)
+	log, closeLog, err := o.logger()
 	if err != nil {
 		return err
 	}
@@ -120,11 +135,8 @@ func runCSI(o csiOptions) error {
 
 // csiMounterOptions are the flags of `fencefs csi mounter`.
 type csiMounterOptions struct {
-	socket     string
-	stateDir   string
-	kubeletDir string
-	logLevel   string
-	logFormat  string
+	csiShared
+	socket string
 }
 
 func newCSIMounterCmd() *cobra.Command {
@@ -149,10 +161,8 @@ mounts stay (in a container: until the container stops).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.socket, "socket", "/run/fencefs-csi/mounter.sock", "unix socket to serve on (the driver's --mounter-socket; root only)")
-	f.StringVar(&o.stateDir, "state-dir", "/var/lib/fencefs-csi", "the driver's --state-dir: the volumes' caches and logs are in it")
-	f.StringVar(&o.kubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet's directory: every target must be below it")
-	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	o.flags(f, "the driver's --state-dir: the volumes' caches and logs are in it",
+		"kubelet's directory: every target must be below it")
 	return cmd
 }
 
@@ -164,7 +174,7 @@ func runCSIMounter(o csiMounterOptions) error {
 	if !filepath.IsAbs(o.kubeletDir) {
 		return usageErrorf("--kubelet-dir %q is not an absolute path", o.kubeletDir)
 	}
-	log, closeLog, err := csiLogger(o.logLevel, o.logFormat)
+	log, closeLog, err := o.logger()
 	if err != nil {
 		return err
 	}

@@ -36,11 +36,11 @@ func TestCSIRefusesAMissingNodeIDAndBadLogSettings(t *testing.T) {
 		o    csiOptions
 		want string
 	}{
-		{csiOptions{logLevel: "info", logFormat: "text"}, "--node-id is required"},
-		{csiOptions{nodeID: "n", logLevel: "loud", logFormat: "text"}, `--log-level "loud" is not a log level`},
-		{csiOptions{nodeID: "n", logLevel: "info", logFormat: "xml"}, `--log-format "xml" is not a log format`},
-		{csiOptions{nodeID: "n", logLevel: "info", logFormat: "text", stateDir: t.TempDir(), endpoint: "tcp://127.0.0.1:1"}, "is not a unix socket"},
-		{csiOptions{nodeID: "n", logLevel: "info", logFormat: "text", mounter: "run/mounter.sock"}, `--mounter-socket "run/mounter.sock" is not an absolute path`},
+		{csiOptions{csiShared: csiShared{logLevel: "info", logFormat: "text"}}, "--node-id is required"},
+		{csiOptions{nodeID: "n", csiShared: csiShared{logLevel: "loud", logFormat: "text"}}, `--log-level "loud" is not a log level`},
+		{csiOptions{nodeID: "n", csiShared: csiShared{logLevel: "info", logFormat: "xml"}}, `--log-format "xml" is not a log format`},
+		{csiOptions{nodeID: "n", csiShared: csiShared{logLevel: "info", logFormat: "text", stateDir: t.TempDir()}, endpoint: "tcp://127.0.0.1:1"}, "is not a unix socket"},
+		{csiOptions{nodeID: "n", csiShared: csiShared{logLevel: "info", logFormat: "text"}, mounter: "run/mounter.sock"}, `--mounter-socket "run/mounter.sock" is not an absolute path`},
 	} {
 		err := runCSI(tc.o)
 		var ue usageError
@@ -51,7 +51,7 @@ func TestCSIRefusesAMissingNodeIDAndBadLogSettings(t *testing.T) {
 }
 
 func TestCSIMounterRefusesRelativePathsAndBadLogSettings(t *testing.T) {
-	ok := csiMounterOptions{socket: "/run/m.sock", stateDir: t.TempDir(), kubeletDir: "/var/lib/kubelet", logLevel: "info", logFormat: "text"}
+	ok := csiMounterOptions{socket: "/run/m.sock", csiShared: csiShared{stateDir: t.TempDir(), kubeletDir: "/var/lib/kubelet", logLevel: "info", logFormat: "text"}}
 	for _, tc := range []struct {
 		edit func(o *csiMounterOptions)
 		want string
