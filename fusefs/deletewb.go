@@ -49,14 +49,15 @@ const maxPendingDeletes = 16384
 type deleteWriteback struct {
 	// del sends one delete (filesystem.deleteObject, in a mutation of
 	// its own); failed logs and counts a delete that failed.
-	del    func(key string, base fencing.Version) error
-	failed func(key string, err error)
-	slots  chan struct{} // deletes in flight, Options.DeleteConcurrency at most
-	room   chan struct{} // deletes queued or in flight, maxPendingDeletes at most
-	wg     sync.WaitGroup
+	del     func(key string, base fencing.Version) error
+	failed  func(key string, err error)
+	senders int           // Options.DeleteConcurrency: deletes in flight at most
+	room    chan struct{} // deletes queued or in flight, maxPendingDeletes at most
 
 	mu      sync.Mutex
 	pending map[string]*pendingDelete // GUARDED_BY(mu): by key
+	queue   []*pendingDelete          // GUARDED_BY(mu): not sent yet, oldest first
+	running int                       // GUARDED_BY(mu): sending goroutines, senders at most
 }
 
 // entryDir is the directory an acknowledged delete's name left (a
@@ -68,7 +69,9 @@ type entryDir interface {
 // pendingDelete is one acknowledged delete. err is set before done closes.
 type pendingDelete struct {
 	key  string
+	base fencing.Version
 	dir  entryDir
+	prev *pendingDelete // an earlier delete of the same name, still pending: sent after it
 	done chan struct{}
 	err  error
 }
@@ -77,7 +80,7 @@ func newDeleteWriteback(concurrency int, del func(string, fencing.Version) error
 	return &deleteWriteback{
 		del:     del,
 		failed:  failed,
-		slots:   make(chan struct{}, max(concurrency, 1)),
+		senders: max(concurrency, 1),
 		room:    make(chan struct{}, maxPendingDeletes),
 		pending: map[string]*pendingDelete{},
 	}
@@ -92,26 +95,47 @@ func (w *deleteWriteback) add(ctx context.Context, dir entryDir, key string, bas
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	p := &pendingDelete{key: key, dir: dir, done: make(chan struct{})}
+	p := &pendingDelete{key: key, base: base, dir: dir, done: make(chan struct{})}
 	w.mu.Lock()
-	prev := w.pending[key] // an earlier delete of the same name, re-created since: after it
+	p.prev = w.pending[key]
 	w.pending[key] = p
+	w.queue = append(w.queue, p)
+	if w.running < w.senders {
+		w.running++
+		go w.sendQueued()
+	}
 	w.mu.Unlock()
-	w.wg.Add(1)
-	go w.send(p, prev, base)
 	return nil
 }
 
-// send sends p's delete (after prev's, if any) and records its outcome.
-func (w *deleteWriteback) send(p, prev *pendingDelete, base fencing.Version) {
-	defer w.wg.Done()
-	defer func() { <-w.room }()
-	if prev != nil {
-		<-prev.done
+// sendQueued sends queued deletes until the queue is empty: at most
+// senders of it run, so the goroutines and requests in flight stay
+// bounded however many deletes wait.
+func (w *deleteWriteback) sendQueued() {
+	for {
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.running--
+			w.mu.Unlock()
+			return
+		}
+		p := w.queue[0]
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+		w.mu.Unlock()
+		w.send(p)
 	}
-	w.slots <- struct{}{}
-	err := w.del(p.key, base)
-	<-w.slots
+}
+
+// send sends p's delete (after the earlier one of its name, if any) and
+// records its outcome.
+func (w *deleteWriteback) send(p *pendingDelete) {
+	defer func() { <-w.room }()
+	if p.prev != nil {
+		<-p.prev.done
+		p.prev = nil
+	}
+	err := w.del(p.key, p.base)
 	if err != nil {
 		w.failed(p.key, err)
 		p.dir.deleteFailed(p.key, err)
