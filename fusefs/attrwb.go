@@ -74,8 +74,12 @@ func (w *attrWriteback) schedule(b *nodeBase) {
 	}
 }
 
-// pending is the number of nodes with a change not stored yet.
+// pending is the number of nodes with a change not stored yet (none when
+// w is nil: every change is stored before its call returns).
 func (w *attrWriteback) pending() int {
+	if w == nil {
+		return 0
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.due)

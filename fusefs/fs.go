@@ -119,12 +119,7 @@ func newFilesystem(opts Options, stageDir string) *filesystem {
 		fsys.deletes = newDeleteWriteback(opts.DeleteConcurrency, fsys.deleteInBackground, fsys.deleteFailed)
 	}
 	fsys.metrics = newMetrics(gauges{
-		attrPending: func() int {
-			if fsys.attrwb == nil {
-				return 0
-			}
-			return fsys.attrwb.pending()
-		},
+		attrPending:    func() int { return fsys.attrwb.pending() },
 		pendingDeletes: func() int { return fsys.deletes.count() },
 		dirtyFiles:     fsys.dirtyFiles.Load,
 		stagingBytes:   fsys.stagingBytes.Load,
