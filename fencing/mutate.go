@@ -68,61 +68,6 @@ func (g *Guard) Put(ctx context.Context, key string, body io.ReaderAt, size int6
 	})
 }
 
-// Copy copies version srcETag of src onto dst server-side, conditioned on
-// dstBase like Put. meta nil keeps src's user metadata (stamps renewed).
-// Errors as Put, plus ErrStale when src is no longer at srcETag and
-// objstore.ErrNotFound when src is gone.
-func (g *Guard) Copy(ctx context.Context, src, srcETag, dst string, dstBase Version, meta Meta) (objstore.ObjectInfo, error) {
-	ts, err := g.begin(ctx, "copy", dst)
-	if err != nil {
-		return objstore.ObjectInfo{}, err
-	}
-	defer g.end(dst)
-	srcETag = objstore.NormalizeETag(srcETag)
-	srcInfo, err := g.store.Stat(ctx, src)
-	switch {
-	case errors.Is(err, objstore.ErrNotFound):
-		return objstore.ObjectInfo{}, fmt.Errorf("copy %s to %s: source: %w", src, dst, err)
-	case err != nil:
-		return objstore.ObjectInfo{}, fmt.Errorf("copy %s to %s: %w", src, dst, err)
-	case isTombstone(srcInfo):
-		return objstore.ObjectInfo{}, fmt.Errorf("copy %s to %s: source was deleted: %w", src, dst, objstore.ErrNotFound)
-	case objstore.NormalizeETag(srcInfo.ETag) != srcETag:
-		return objstore.ObjectInfo{}, g.staleOrFenced(ctx, ts, "copy", src, srcInfo,
-			fmt.Sprintf("the source changed (ETag %s, expected %s)", srcInfo.ETag, srcETag))
-	}
-	if meta == nil {
-		meta = Meta{}
-		for k, v := range srcInfo.Meta {
-			if !IsStampKey(k) {
-				meta[k] = v
-			}
-		}
-	}
-	m := &mutation{op: "copy", kind: kindPut, key: dst, base: dstBase, ts: ts, wid: newWID()}
-	return g.run(ctx, m, func(ctx context.Context, cond objstore.Condition, base Version, rec record) (objstore.ObjectInfo, error) {
-		plain := ""
-		if _, mp := objstore.IsMultipartETag(srcETag); !mp {
-			plain = srcETag
-		}
-		shape, parts, err := g.pickShape(ctx, m.full, srcInfo.Size, etagFromPlain(plain))
-		if errors.Is(err, errNeedContent) {
-			body, ferr := g.fetch(ctx, src, srcETag, srcInfo.Size)
-			if ferr != nil {
-				return objstore.ObjectInfo{}, ferr
-			}
-			defer body.Close()
-			shape, parts, err = g.pickShape(ctx, m.full, srcInfo.Size, etagFromContent(g.sizing, body, srcInfo.Size))
-		}
-		if err != nil {
-			return objstore.ObjectInfo{}, err
-		}
-		return g.store.Copy(ctx, src, srcETag, dst, objstore.PutOptions{
-			Cond: cond, Meta: g.stamped(meta, m, rec), ContentType: srcInfo.ContentType, Shape: shape, Parts: parts,
-			Source: &srcInfo})
-	})
-}
-
 // Delete removes key, conditioned on base (which must exist). It writes a
 // tombstone instead of a DELETE when Config.TombstoneDeletes is set, or
 // while the key carries a young ETag-ABA record (a DELETE would drop the

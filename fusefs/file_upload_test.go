@@ -175,6 +175,10 @@ func TestLargeSequentialWritesUploadWhileWriting(t *testing.T) {
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
+		// A parallel test's fork+exec may have flushed (committed) the
+		// file before the unlink, whose delete is then stored by the
+		// directory's fsync.
+		syncDir(t, m.Path(""))
 		if k.objectExists(t, "gone") {
 			t.Fatal("an unlinked file was published")
 		}

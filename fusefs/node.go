@@ -364,7 +364,9 @@ func (b *nodeBase) updateMetaRemote(ctx context.Context, mutate func(*posixAttr)
 		}
 		out, err = b.fsys.createEmpty(ctx, key, meta)
 	} else {
-		out, err = b.fsys.guard.Copy(ctx, key, info.ETag, key, fencing.VersionOf(info), meta)
+		src := info
+		src.Key = key
+		out, err = b.fsys.guard.CopyFrom(ctx, src, key, fencing.VersionOf(info), meta)
 	}
 	if err != nil {
 		return err

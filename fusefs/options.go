@@ -17,7 +17,7 @@ import (
 
 // Guard is the part of *fencing.Guard the filesystem uses: every mutation of
 // the bucket goes through it. See fencing.Guard for the contracts; in short:
-// Put/Copy/Delete are conditioned on base (the zero Version means "must not
+// Put/CopyFrom/Delete are conditioned on base (the zero Version means "must not
 // exist") and fail with fencing.ErrFenced, ErrReadOnly, ErrStale or
 // ErrUnverified.
 // Implementations must be safe for concurrent use.
@@ -34,7 +34,7 @@ type Guard interface {
 	Put(ctx context.Context, key string, body io.ReaderAt, size int64, base fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Create(ctx context.Context, key string, body io.ReaderAt, size int64, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Replace(ctx context.Context, key string, body io.ReaderAt, size int64, base fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
-	Copy(ctx context.Context, src, srcETag, dst string, dstBase fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
+	CopyFrom(ctx context.Context, src objstore.ObjectInfo, dst string, dstBase fencing.Version, meta fencing.Meta) (objstore.ObjectInfo, error)
 	Delete(ctx context.Context, key string, base fencing.Version) error
 	Landed(ctx context.Context, key, wid string) (objstore.ObjectInfo, bool, error)
 	Stale(ctx context.Context, op, key string, cause error) error

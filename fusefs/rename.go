@@ -131,7 +131,9 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 	release := fsys.guard.Reserve(ctx,
 		fencing.Intent{Key: dstKey, Base: dstBase}, fencing.Intent{Key: srcKey, Base: fencing.VersionOf(info)})
 	defer release()
-	out, err := fsys.copyForRename(ctx, srcKey, info.ETag, dstKey, dstBase, meta, noreplace)
+	from := info
+	from.Key = srcKey
+	out, err := fsys.copyForRename(ctx, from, dstKey, dstBase, meta, noreplace)
 	if err != nil {
 		return err
 	}
@@ -193,13 +195,13 @@ func renameTarget(ctx context.Context, dst *fs.Inode, db, sb *nodeBase, dstKey s
 	return dstVersion, nil
 }
 
-// copyForRename copies srcKey (at srcETag) onto dstKey conditioned on
-// dstBase; when the destination was thought absent but is not, it is
+// copyForRename copies src (the version the mount knows) onto dstKey
+// conditioned on dstBase; when the destination was thought absent but is not, it is
 // replaced on its current version (a tombstone, or an object unless
 // noreplace: EEXIST).
-func (fsys *filesystem) copyForRename(ctx context.Context, srcKey, srcETag, dstKey string, dstBase fencing.Version, meta map[string]string, noreplace bool) (objstore.ObjectInfo, error) {
+func (fsys *filesystem) copyForRename(ctx context.Context, src objstore.ObjectInfo, dstKey string, dstBase fencing.Version, meta map[string]string, noreplace bool) (objstore.ObjectInfo, error) {
 	cp := func(base fencing.Version) (objstore.ObjectInfo, error) {
-		return fsys.guard.Copy(ctx, srcKey, srcETag, dstKey, base, meta)
+		return fsys.guard.CopyFrom(ctx, src, dstKey, base, meta)
 	}
 	out, err := cp(dstBase)
 	if err == nil || !isConflict(err) || dstBase.Exists() {
@@ -369,7 +371,11 @@ func (fsys *filesystem) copyTree(ctx context.Context, srcs []objstore.Entry, src
 	}, func(ctx context.Context, i int) error {
 		e := srcs[i]
 		to := dstOf(e)
-		out, err := fsys.guard.Copy(ctx, e.Key, e.ETag, to, dstVersions[to], nil)
+		src, ok := e.Info()
+		if !ok {
+			src = objstore.ObjectInfo{Key: e.Key, ETag: e.ETag} // the copy reads the rest
+		}
+		out, err := fsys.guard.CopyFrom(ctx, src, to, dstVersions[to], nil)
 		if err != nil {
 			return fmt.Errorf("copy %s to %s: %w", e.Key, to, err)
 		}
