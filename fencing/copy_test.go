@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,4 +114,47 @@ func TestCopyFromAKnownSourceAnswersAsCopy(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestASmallCopyReadsItsSourceWhileTheIntentIsWritten checks that a strict
+// copy of a small source does not wait for its journal write to read the
+// source: the read goes out before the journal write ends, and only the
+// copy's PUT follows it.
+func TestASmallCopyReadsItsSourceWhileTheIntentIsWritten(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, a, 1)
+	src, err := gput(ctx, a, "r/src", "content", Version{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var journalDone atomic.Bool
+	var readBefore, readAfter atomic.Int32 // the source's reads, before and after the journal write ended
+	s.SetHook(func(_ context.Context, ev memstore.Event) error {
+		switch {
+		case ev.Op == memstore.OpPut && strings.Contains(ev.Key, "/intents/") && ev.Phase == memstore.PhaseBefore:
+			time.Sleep(300 * time.Millisecond) // the journal write's round trip
+		case ev.Op == memstore.OpPut && strings.Contains(ev.Key, "/intents/"):
+			journalDone.Store(true)
+		case ev.Op == memstore.OpGet && ev.Key == "r/src" && ev.Phase == memstore.PhaseBefore:
+			if journalDone.Load() {
+				readAfter.Add(1)
+			} else {
+				readBefore.Add(1)
+			}
+		}
+		return nil
+	})
+	defer s.SetHook(nil)
+	if _, err := a.CopyFrom(ctx, src, "r/dst", Version{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if readBefore.Load() != 1 || readAfter.Load() != 0 {
+		t.Errorf("the source was read %d times before the journal write ended and %d after; want once, before",
+			readBefore.Load(), readAfter.Load())
+	}
+	if got, _, ok := read(t, ctx, s, "r/dst"); !ok || got != "content" {
+		t.Errorf("r/dst = %q, %v; want the source's content", got, ok)
+	}
 }

@@ -413,15 +413,18 @@ type Intent struct {
 	Base Version
 }
 
-// Reserve writes, in strict mode, the intents of several mutations the
-// caller is about to make in one journal write, and keeps them until
+// Reserve starts, in strict mode, the journal write of the intents of
+// several mutations the caller is about to make, and keeps them until
 // release is called: each of those mutations then finds its intent written
-// and validated, and needs no journal write of its own (a rename's copy to
-// the destination and delete of the source: one write instead of two; a
-// directory rename: one per batch of files). It is a hint: it never fails; when it cannot write (another mode, not bound, fenced,
-// storage errors) the mutations write their own intents and meet the
-// error themselves. release must be called exactly once, after the
-// mutations returned; it never blocks. Safe for concurrent use.
+// (or waits for that write, which is in flight) and needs no journal write
+// of its own (a rename's copy to the destination and delete of the source:
+// one write instead of two; a directory rename: one per batch of files).
+// Reserve does not wait for the write, so that what a mutation does before
+// its commit (a copy reads its source) overlaps it. It is a hint: it never
+// fails; when it cannot write (another mode, not bound, fenced, storage
+// errors) the mutations write their own intents and meet the error
+// themselves. release must be called exactly once, after the mutations
+// returned; it never blocks. Safe for concurrent use.
 func (g *Guard) Reserve(ctx context.Context, intents ...Intent) (release func()) {
 	g.mu.Lock()
 	ts := tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}
@@ -436,9 +439,7 @@ func (g *Guard) Reserve(ctx context.Context, intents ...Intent) (release func())
 	kis, write := g.intents.refAll(ts, admitted) // under g.mu, see refAll
 	g.mu.Unlock()
 	if write {
-		if err := g.intents.syncJournal(ctx); err != nil {
-			g.log.Debug("reserving intents failed; each mutation writes its own", "keys", len(kis), "err", err)
-		}
+		g.intents.startJournalWrite(ctx)
 	}
 	return func() {
 		for _, ki := range kis {

@@ -120,6 +120,18 @@ func (ij *intentJournal) syncJournal(ctx context.Context) error {
 	return err
 }
 
+// startJournalWrite starts a journal write that includes every intent
+// wanted so far (or joins one that has not fixed its content yet), without
+// waiting for it: the mutations that need those intents wait for it in
+// cover, and meet its error there.
+func (ij *intentJournal) startJournalWrite(ctx context.Context) {
+	since, ok := objstore.OperationStart(ctx)
+	if !ok {
+		since = time.Now()
+	}
+	ij.writes.joinAs(ij.wg, true, true, since, ij.writeJournal)
+}
+
 // journalWrite is the content of one journal write, fixed by
 // intentJournal.fix.
 type journalWrite struct {

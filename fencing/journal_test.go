@@ -279,7 +279,7 @@ func TestReservedIntentsAreSweptByANewerBinder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		release := a.Reserve(ctx, Intent{Key: "r/dst"}, Intent{Key: "r/src", Base: VersionOf(src)})
+		release := reserved(t, ctx, a, Intent{Key: "r/dst"}, Intent{Key: "r/src", Base: VersionOf(src)})
 		defer release()
 		b := newGuard(t, s, Config{Holder: "B"})
 		bind(t, ctx, b, 2)
@@ -320,6 +320,17 @@ func TestReserveIsANoOpOutsideStrictMode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reserved is g.Reserve followed by a wait for the journal write it
+// started (Reserve does not wait): the intents are then in the journal.
+func reserved(t testing.TB, ctx context.Context, g *Guard, intents ...Intent) (release func()) {
+	t.Helper()
+	release = g.Reserve(ctx, intents...)
+	if err := g.intents.syncJournal(ctx); err != nil {
+		t.Fatalf("the reservation's journal write: %v", err)
+	}
+	return release
 }
 
 // countJournalWrites counts the writes of intent objects to s from now on

@@ -288,7 +288,7 @@ func TestGCRemovesOnlyGarbage(t *testing.T) {
 		late := newLayout("").intent(1, "late")
 		rawPut(t, ctx, s, late, `{"format":1,"epoch":1,"keys":[{"key":"s/k0","bases":[""]}]}`)
 		// A live intent of epoch 3 (a write in progress) must stay.
-		release := c.Reserve(ctx, Intent{Key: "s/k1"})
+		release := reserved(t, ctx, c, Intent{Key: "s/k1"})
 		defer release()
 		var reported []GCItem
 		dry, err := GC(ctx, s, GCOptions{DryRun: true, Report: func(it GCItem) { reported = append(reported, it) }})
