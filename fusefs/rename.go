@@ -319,7 +319,9 @@ func (fsys *filesystem) checkDirRename(ctx context.Context, srcPrefix string, ds
 // of an empty directory), the versions the copies are conditioned on.
 func (fsys *filesystem) dirRenamePlan(ctx context.Context, srcPrefix, dstPrefix string) ([]objstore.Entry, map[string]fencing.Version, error) {
 	var entries []objstore.Entry
-	err := fsys.store.List(ctx, srcPrefix, "", func(e objstore.Entry) error {
+	// With metadata where the listing carries it: the copies and deletes
+	// then need no HEAD of a source.
+	err := fsys.store.ListMeta(ctx, srcPrefix, "", func(e objstore.Entry) error {
 		if fsys.isHidden(e.Key) {
 			return nil
 		}
@@ -410,15 +412,25 @@ func (fsys *filesystem) deleteTree(ctx context.Context, srcs []objstore.Entry, s
 		}
 	}
 	err := fsys.reserved(ctx, len(rest), func(j int) fencing.Intent {
-		return fencing.Intent{Key: srcs[rest[j]].Key, Base: fencing.Version{ETag: srcs[rest[j]].ETag}}
+		return fencing.Intent{Key: srcs[rest[j]].Key, Base: entryVersion(srcs[rest[j]])}
 	}, func(ctx context.Context, j int) error {
 		e := srcs[rest[j]]
-		return fsys.deleteObject(ctx, e.Key, fencing.Version{ETag: e.ETag})
+		return fsys.deleteObject(ctx, e.Key, entryVersion(e))
 	})
 	if err == nil && marker >= 0 {
-		err = fsys.deleteObject(ctx, srcPrefix, fencing.Version{ETag: srcs[marker].ETag})
+		err = fsys.deleteObject(ctx, srcPrefix, entryVersion(srcs[marker]))
 	}
 	return err
+}
+
+// entryVersion is the version a listing entry names: with its ETag-ABA
+// record when the listing carried the object's metadata (the delete then
+// needs no HEAD to learn it).
+func entryVersion(e objstore.Entry) fencing.Version {
+	if info, ok := e.Info(); ok {
+		return fencing.VersionOf(info)
+	}
+	return fencing.Version{ETag: e.ETag}
 }
 
 // commitTree commits every dirty file below ino.
