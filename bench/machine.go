@@ -26,8 +26,10 @@ func method(cfg config) string {
   the mount has never seen (%[2]s read(2) calls; the object is deleted afterwards, so that the gateway holds less in memory while
   the next phase writes: its CPU per byte written was measured to double once a few GiB are resident), sequential write of a %[1]s file (%[2]s write(2) calls, open to close; deleted afterwards too, through the S3 client), %[3]d small
   files create+write+close, lstat, one readdir of their directory, read back (after posix_fadvise(DONTNEED) of each; the
-  filesystem's own caches count) and content check, rename of %[4]d files one by one, rename of a %[5]d-file directory, unlink.
-- Rates count only the time spent in the operations. Durability: after close (or rename/unlink) returns, the benchmark's own
+  filesystem's own caches count) and content check, rename of %[4]d files one by one, rename of a %[5]d-file directory, unlink of every small file and fsync(2) of
+  their directory (where a local file system's unlinks are durable, and fencefs's: it acknowledges deletes before storing them).
+- Rates count only the time spent in the operations (the unlink rate counts the directory's fsync). Durability: after close or rename
+  returns, and after the unlinks' fsync, the benchmark's own
   S3 client checks the object (every %[6]dth small file, the last one, and the large file). A target where objects appear only
   later is marked "not durable at close"; it fails every goal it appears in as the subject.
 - raw: minio-go v7 directly; the large object with PutObject from a file (%[7]s parts, %[8]d in parallel, streaming-signed
