@@ -336,8 +336,8 @@ func (fsys *filesystem) dirRenamePlan(ctx context.Context, srcPrefix, dstPrefix 
 	}
 	live := make([]bool, len(entries))
 	if err := parallel(ctx, len(entries), func(ctx context.Context, i int) error {
-		ok, err := fsys.notTombstone(ctx, entries[i])
-		live[i] = ok
+		var err error
+		entries[i], live[i], err = fsys.described(ctx, entries[i])
 		return err
 	}); err != nil {
 		return nil, nil, err
@@ -421,6 +421,29 @@ func (fsys *filesystem) deleteTree(ctx context.Context, srcs []objstore.Entry, s
 		err = fsys.deleteObject(ctx, srcPrefix, entryVersion(srcs[marker]))
 	}
 	return err
+}
+
+// described returns e with its object's metadata, read with a HEAD where
+// the listing did not carry it (the copy and the delete of the move then
+// need none of their own), and whether the object is live: there, and not
+// a tombstone. A HEAD finding a newer version describes that one.
+func (fsys *filesystem) described(ctx context.Context, e objstore.Entry) (objstore.Entry, bool, error) {
+	if info, ok := e.Info(); ok {
+		return e, !fencing.IsTombstone(info), nil
+	}
+	info, err := fsys.store.Stat(ctx, e.Key)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return e, false, nil
+	case err != nil:
+		return e, false, err
+	}
+	e.Size, e.ETag, e.LastModified, e.ContentType = info.Size, info.ETag, info.LastModified, info.ContentType
+	e.Meta = info.Meta
+	if e.Meta == nil {
+		e.Meta = map[string]string{}
+	}
+	return e, !fencing.IsTombstone(info), nil
 }
 
 // entryVersion is the version a listing entry names: with its ETag-ABA
