@@ -7,12 +7,14 @@ import (
 	"io"
 	"net/textproto"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/fencefs/fencefs/integration/gateway"
 	"github.com/fencefs/fencefs/integration/harness"
 	"github.com/minio/minio-go/v7"
+	"golang.org/x/sys/unix"
 )
 
 // TestRenameKeepsWhatAnotherClientStored checks that mv of a file and of a
@@ -118,6 +120,86 @@ func TestRenameKeepsWhatAnotherClientStored(t *testing.T) {
 			if _, err := os.Stat(m.Path(c.from)); !os.IsNotExist(err) {
 				t.Errorf("stat %s after the mv: %v, want ENOENT", c.from, err)
 			}
+		}
+	})
+}
+
+// TestTakeoverInTheMiddleOfAnMvLoopLandsNoStaleRename runs a bash loop of
+// mv d/f$i e/f$i on leader A (each rename a copy whose journal write
+// overlaps the read of its source, then the source's delete) and, once A
+// has moved the first 20, binds a newer token on B; B then writes every
+// name of both directories. No copy or delete of A's may land after B's
+// writes: every name ends with B's content, and A's loop is refused.
+func TestTakeoverInTheMiddleOfAnMvLoopLandsNoStaleRename(t *testing.T) {
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, func(t *testing.T, gw *gateway.Gateway) {
+		const n = 400
+		bucket := gateway.NewBucket(t, gw)
+		a := harness.Mount(t, gw, bucket, "--token", "1", "--holder", "A")
+		b := harness.Mount(t, gw, bucket, "--holder", "B") // read-only until bound
+		bash(t, a.Dir, fmt.Sprintf(`mkdir d e; for i in $(seq 1 %d); do echo "A $i" > d/f$i; done`, n))
+
+		mv := exec.Command("bash", "-c", fmt.Sprintf(`for i in $(seq 1 %d); do mv d/f$i e/f$i || exit 1; done`, n))
+		mv.Dir = a.Dir
+		var mvOut bytes.Buffer
+		mv.Stdout, mv.Stderr = &mvOut, &mvOut
+		if err := mv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		mvDone := make(chan error, 1)
+		go func() { mvDone <- mv.Wait() }()
+		for {
+			ents, _ := os.ReadDir(a.Path("e"))
+			if len(ents) >= 20 {
+				break
+			}
+			select {
+			case err := <-mvDone:
+				t.Fatalf("A's mv loop (%v) ended before the takeover: the test would test nothing\n%s", err, mvOut.String())
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+		if err := unix.Setxattr(b.Dir, "user.fencefs.token", []byte("2"), 0); err != nil {
+			t.Fatalf("B binds 2: %v", err)
+		}
+		for _, dir := range []string{"d", "e"} {
+			if err := os.MkdirAll(b.Path(dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= n; i++ {
+				if err := os.WriteFile(b.Path(dir, fmt.Sprintf("f%d", i)), []byte(fmt.Sprintf("B %s %d", dir, i)), 0o644); err != nil {
+					t.Fatalf("B writes %s/f%d: %v", dir, i, err)
+				}
+			}
+		}
+
+		var mvErr error
+		select {
+		case mvErr = <-mvDone:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("A's mv loop never returned")
+		}
+		t.Logf("A's mv loop: %v\n%s", mvErr, tail(mvOut.String(), 3))
+		if mvErr == nil {
+			t.Errorf("A's mv loop finished every rename although B bound a newer token while it ran")
+		}
+
+		// Whatever A renamed, nothing of A's landed after B wrote.
+		lost := 0
+		for _, dir := range []string{"d", "e"} {
+			for i := 1; i <= n; i++ {
+				key := fmt.Sprintf("%s/f%d", dir, i)
+				got := readObject(t, gw, bucket, key)
+				if want := fmt.Sprintf("B %s %d", dir, i); !got.exists || string(got.body) != want {
+					lost++
+					if lost <= 5 {
+						t.Errorf("%s = exists %v, tombstone %v, %q stamped %s; want B's %q: a stale rename landed after the takeover",
+							key, got.exists, got.tombstone, got.body, got.epoch, want)
+					}
+				}
+			}
+		}
+		if lost > 0 {
+			t.Errorf("%d of %d names lost B's write; A's log:\n%s", lost, 2*n, tail(a.Log(), 40))
 		}
 	})
 }
