@@ -34,21 +34,9 @@ func TestCopyFromAKnownSourceAnswersAsCopy(t *testing.T) {
 				rawPut(t, ctx, s, "r/src", "other content")
 			}, "", ErrStale, 1},
 		{"a source a newer epoch wrote fences the copier",
-			func(t *testing.T, ctx context.Context, s objstore.Store, known objstore.ObjectInfo) {
-				b := newGuard(t, s, Config{Holder: "B"})
-				bind(t, ctx, b, 2)
-				if _, err := gput(ctx, b, "r/src", "B's content", VersionOf(known)); err != nil {
-					t.Fatal(err)
-				}
-			}, "", ErrFenced, -1}, // B's bind sealed A's journal: A may learn it there first
+			newerEpochWritesSource, "", ErrFenced, -1}, // B's bind sealed A's journal: A may learn it there first
 		{"a source a newer epoch wrote fences the copier that learns it from the source",
-			func(t *testing.T, ctx context.Context, s objstore.Store, known objstore.ObjectInfo) {
-				b := newGuard(t, s, Config{Holder: "B"})
-				bind(t, ctx, b, 2)
-				if _, err := gput(ctx, b, "r/src", "B's content", VersionOf(known)); err != nil {
-					t.Fatal(err)
-				}
-			}, ModeFast, ErrFenced, 1},
+			newerEpochWritesSource, ModeFast, ErrFenced, 1},
 		{"a deleted source is not found",
 			func(t *testing.T, ctx context.Context, s objstore.Store, _ objstore.ObjectInfo) {
 				if err := s.Delete(ctx, "r/src", objstore.Condition{}); err != nil {
@@ -116,12 +104,20 @@ func TestCopyFromAKnownSourceAnswersAsCopy(t *testing.T) {
 	})
 }
 
-// TestASmallCopyReadsItsSourceWhileTheIntentIsWritten checks that a strict
-// copy of a small source does not wait for its journal write to read the
-// source: the read goes out before the journal write ends, and only the
-// copy's PUT follows it.
-func TestASmallCopyReadsItsSourceWhileTheIntentIsWritten(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
+// newerEpochWritesSource binds epoch 2 on a guard B of s and writes r/src
+// over known with it.
+func newerEpochWritesSource(t *testing.T, ctx context.Context, s objstore.Store, known objstore.ObjectInfo) {
+	b := newGuard(t, s, Config{Holder: "B"})
+	bind(t, ctx, b, 2)
+	if _, err := gput(ctx, b, "r/src", "B's content", VersionOf(known)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// boundWithSource returns a guard A of a new memstore bound to epoch 1,
+// and r/src as A wrote it.
+func boundWithSource(t *testing.T, ctx context.Context) (*memstore.Store, *Guard, objstore.ObjectInfo) {
+	t.Helper()
 	s := memstore.New()
 	a := newGuard(t, s, Config{Holder: "A"})
 	bind(t, ctx, a, 1)
@@ -129,6 +125,16 @@ func TestASmallCopyReadsItsSourceWhileTheIntentIsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, a, src
+}
+
+// TestASmallCopyReadsItsSourceWhileTheIntentIsWritten checks that a strict
+// copy of a small source does not wait for its journal write to read the
+// source: the read goes out before the journal write ends, and only the
+// copy's PUT follows it.
+func TestASmallCopyReadsItsSourceWhileTheIntentIsWritten(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	s, a, src := boundWithSource(t, ctx)
 	var journalDone atomic.Bool
 	var readBefore, readAfter atomic.Int32 // the source's reads, before and after the journal write ended
 	s.SetHook(func(_ context.Context, ev memstore.Event) error {

@@ -239,13 +239,7 @@ func TestJournalWriteWithAnUnknownOutcomeIsNeverTakenForALaterOne(t *testing.T) 
 // reserved, cost one journal write between them.
 func TestReserveWritesSeveralIntentsInOneJournalWrite(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
-	s := memstore.New()
-	a := newGuard(t, s, Config{Holder: "A"})
-	bind(t, ctx, a, 1)
-	src, err := gput(ctx, a, "r/src", "content", Version{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, a, src := boundWithSource(t, ctx)
 	writes := countJournalWrites(s, 0)
 	release := a.Reserve(ctx, Intent{Key: "r/dst"}, Intent{Key: "r/src", Base: VersionOf(src)})
 	if _, err := a.Copy(ctx, "r/src", src.ETag, "r/dst", Version{}, nil); err != nil {
