@@ -35,24 +35,10 @@ func TestTakeoverInTheMiddleOfRmRfLandsNoStaleDelete(t *testing.T) {
 
 		rm := exec.Command("rm", "-rf", "d")
 		rm.Dir = a.Dir
-		var rmOut bytes.Buffer
-		rm.Stdout, rm.Stderr = &rmOut, &rmOut
-		if err := rm.Start(); err != nil {
-			t.Fatal(err)
-		}
-		rmDone := make(chan error, 1)
-		go func() { rmDone <- rm.Wait() }()
-		for {
+		rmDone, rmOut := startUntil(t, rm, "A's rm -rf", func() bool {
 			ents, _ := os.ReadDir(a.Path("d"))
-			if len(ents) <= n-60 {
-				break
-			}
-			select {
-			case err := <-rmDone:
-				t.Fatalf("A's rm -rf (%v) ended before the takeover: the test would test nothing\n%s", err, rmOut.String())
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
+			return len(ents) <= n-60
+		})
 		if err := unix.Setxattr(b.Dir, "user.fencefs.token", []byte("2"), 0); err != nil {
 			t.Fatalf("B binds 2: %v", err)
 		}
@@ -65,12 +51,7 @@ func TestTakeoverInTheMiddleOfRmRfLandsNoStaleDelete(t *testing.T) {
 			}
 		}
 
-		var rmErr error
-		select {
-		case rmErr = <-rmDone:
-		case <-time.After(2 * time.Minute):
-			t.Fatal("A's rm -rf never returned")
-		}
+		rmErr := waitDone(t, rmDone, "A's rm -rf")
 		syncErr := fsyncDir(a.Dir)
 		t.Logf("A's rm -rf: %v; A's fsync of its root: %v\n%s", rmErr, syncErr, tail(rmOut.String(), 5))
 		if syncErr != nil && !errors.Is(syncErr, syscall.EROFS) {
@@ -94,6 +75,41 @@ func TestTakeoverInTheMiddleOfRmRfLandsNoStaleDelete(t *testing.T) {
 			t.Errorf("%d of %d names lost B's write; A's log:\n%s", missing, n, tail(a.Log(), 40))
 		}
 	})
+}
+
+// startUntil starts cmd, its output kept in out, and waits until ready
+// holds; the test fails when cmd ends first (what names it), as it would
+// then test nothing. done receives cmd's exit.
+func startUntil(t *testing.T, cmd *exec.Cmd, what string, ready func() bool) (done <-chan error, out *bytes.Buffer) {
+	t.Helper()
+	out = &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	go func() { ch <- cmd.Wait() }()
+	for !ready() {
+		select {
+		case err := <-ch:
+			t.Fatalf("%s (%v) ended before the takeover: the test would test nothing\n%s", what, err, out.String())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return ch, out
+}
+
+// waitDone returns what cmd's done channel (startUntil) receives, failing
+// the test after 2 minutes.
+func waitDone(t *testing.T, done <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("%s never returned", what)
+		return nil
+	}
 }
 
 // TestUnlinkAcknowledgedThenRecreatedKeepsTheNewFile runs the nightly

@@ -140,24 +140,10 @@ func TestTakeoverInTheMiddleOfAnMvLoopLandsNoStaleRename(t *testing.T) {
 
 		mv := exec.Command("bash", "-c", fmt.Sprintf(`for i in $(seq 1 %d); do mv d/f$i e/f$i || exit 1; done`, n))
 		mv.Dir = a.Dir
-		var mvOut bytes.Buffer
-		mv.Stdout, mv.Stderr = &mvOut, &mvOut
-		if err := mv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		mvDone := make(chan error, 1)
-		go func() { mvDone <- mv.Wait() }()
-		for {
+		mvDone, mvOut := startUntil(t, mv, "A's mv loop", func() bool {
 			ents, _ := os.ReadDir(a.Path("e"))
-			if len(ents) >= 20 {
-				break
-			}
-			select {
-			case err := <-mvDone:
-				t.Fatalf("A's mv loop (%v) ended before the takeover: the test would test nothing\n%s", err, mvOut.String())
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
+			return len(ents) >= 20
+		})
 		if err := unix.Setxattr(b.Dir, "user.fencefs.token", []byte("2"), 0); err != nil {
 			t.Fatalf("B binds 2: %v", err)
 		}
@@ -172,12 +158,7 @@ func TestTakeoverInTheMiddleOfAnMvLoopLandsNoStaleRename(t *testing.T) {
 			}
 		}
 
-		var mvErr error
-		select {
-		case mvErr = <-mvDone:
-		case <-time.After(2 * time.Minute):
-			t.Fatal("A's mv loop never returned")
-		}
+		mvErr := waitDone(t, mvDone, "A's mv loop")
 		t.Logf("A's mv loop: %v\n%s", mvErr, tail(mvOut.String(), 3))
 		if mvErr == nil {
 			t.Errorf("A's mv loop finished every rename although B bound a newer token while it ran")
