@@ -373,10 +373,7 @@ func (fsys *filesystem) copyTree(ctx context.Context, srcs []objstore.Entry, src
 	}, func(ctx context.Context, i int) error {
 		e := srcs[i]
 		to := dstOf(e)
-		src, ok := e.Info()
-		if !ok {
-			src = objstore.ObjectInfo{Key: e.Key, ETag: e.ETag} // the copy reads the rest
-		}
+		src, _ := e.Info() // described by dirRenamePlan
 		out, err := fsys.guard.CopyFrom(ctx, src, to, dstVersions[to], nil)
 		if err != nil {
 			return fmt.Errorf("copy %s to %s: %w", e.Key, to, err)
@@ -446,14 +443,11 @@ func (fsys *filesystem) described(ctx context.Context, e objstore.Entry) (objsto
 	return e, !fencing.IsTombstone(info), nil
 }
 
-// entryVersion is the version a listing entry names: with its ETag-ABA
-// record when the listing carried the object's metadata (the delete then
-// needs no HEAD to learn it).
+// entryVersion is the version of an object dirRenamePlan described, with
+// its ETag-ABA record (the delete then needs no HEAD to learn it).
 func entryVersion(e objstore.Entry) fencing.Version {
-	if info, ok := e.Info(); ok {
-		return fencing.VersionOf(info)
-	}
-	return fencing.Version{ETag: e.ETag}
+	info, _ := e.Info()
+	return fencing.VersionOf(info)
 }
 
 // commitTree commits every dirty file below ino.
