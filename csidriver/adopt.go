@@ -96,7 +96,7 @@ func findMountProcess(target string) (int, uint64) {
 		if len(argv) < 4 || string(argv[1]) != "mount" || string(argv[3]) != target {
 			continue
 		}
-		if start, zombie, ok := procStart(pid); ok && !zombie {
+		if start, ended, ok := procStart(pid); ok && !ended {
 			return pid, start
 		}
 	}

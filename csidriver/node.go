@@ -190,8 +190,11 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if r == nil || (r.VolumeID != "" && r.VolumeID != req.GetVolumeId()) {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not published at %s", req.GetVolumeId(), path)
 	}
+	gone := func() error {
+		return status.Errorf(codes.FailedPrecondition, "the fencefs process of volume %q at %s is gone (its pod sees ENOTCONN; restart the pod)", req.GetVolumeId(), path)
+	}
 	if !r.alive() {
-		return nil, status.Errorf(codes.FailedPrecondition, "the fencefs process of volume %q at %s is gone (its pod sees ENOTCONN; restart the pod)", req.GetVolumeId(), path)
+		return nil, gone()
 	}
 	type result struct {
 		st  unix.Statfs_t
@@ -210,6 +213,9 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		return nil, status.Errorf(codes.Unavailable, "the mount of volume %q at %s did not answer statfs within %v (is its fencefs process stopped?)", req.GetVolumeId(), path, statfsTimeout)
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if errors.Is(res.err, unix.ENOTCONN) || errors.Is(res.err, unix.ECONNABORTED) {
+		return nil, gone() // the process ended after alive looked
 	}
 	if res.err != nil {
 		return nil, status.Errorf(codes.Internal, "statfs %s: %v", path, res.err)

@@ -93,9 +93,12 @@ func loadRecords(stateDir string) (recs []record, bad []string, err error) {
 }
 
 // procStart returns the start time of process pid (/proc/PID/stat field
-// 22) and whether it is a zombie; ok is false when there is no such
-// process.
-func procStart(pid int) (start uint64, zombie, ok bool) {
+// 22) and whether it has ended: a zombie, or a process inside exit(2)
+// (PF_EXITING in field 9), which has already released its memory or is
+// about to close its descriptors — a FUSE server's /dev/fuse among them,
+// so that its mount answers ECONNABORTED before it becomes a zombie. ok is
+// false when there is no such process.
+func procStart(pid int) (start uint64, ended, ok bool) {
 	if pid <= 0 {
 		return 0, false, false
 	}
@@ -110,7 +113,7 @@ func procStart(pid int) (start uint64, zombie, ok bool) {
 	if i < 0 {
 		return 0, false, false
 	}
-	f := strings.Fields(s[i+1:])
+	f := strings.Fields(s[i+1:]) // f[0] is field 3
 	if len(f) < 20 {
 		return 0, false, false
 	}
@@ -118,13 +121,18 @@ func procStart(pid int) (start uint64, zombie, ok bool) {
 	if err != nil {
 		return 0, false, false
 	}
-	return start, f[0] == "Z", true
+	flags, err := strconv.ParseUint(f[6], 10, 64) // field 9
+	if err != nil {
+		return 0, false, false
+	}
+	const pfExiting = 0x4 // PF_EXITING, include/linux/sched.h
+	return start, f[0] == "Z" || f[0] == "X" || flags&pfExiting != 0, true
 }
 
 // alive reports whether the fencefs process of r still runs.
 func (r record) alive() bool {
-	start, zombie, ok := procStart(r.Pid)
-	return ok && !zombie && start == r.Start
+	start, ended, ok := procStart(r.Pid)
+	return ok && !ended && start == r.Start
 }
 
 // makeTarget creates the target directory (its parent must exist, as the

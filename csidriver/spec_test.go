@@ -2,8 +2,10 @@ package csidriver
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -245,10 +247,10 @@ func TestSocketPathAcceptsUnixEndpointsOnly(t *testing.T) {
 	}
 }
 
-func TestProcStartTellsALiveProcessFromNone(t *testing.T) {
-	start, zombie, ok := procStart(os.Getpid())
-	if !ok || zombie || start == 0 {
-		t.Fatalf("own process: start %d zombie %v ok %v", start, zombie, ok)
+func TestProcStartTellsALiveProcessFromAnEndedOneAndNone(t *testing.T) {
+	start, ended, ok := procStart(os.Getpid())
+	if !ok || ended || start == 0 {
+		t.Fatalf("own process: start %d ended %v ok %v", start, ended, ok)
 	}
 	if !(record{Pid: os.Getpid(), Start: start}).alive() {
 		t.Error("own process is not alive")
@@ -258,5 +260,22 @@ func TestProcStartTellsALiveProcessFromNone(t *testing.T) {
 	}
 	if _, _, ok := procStart(0); ok {
 		t.Error("pid 0 exists")
+	}
+	// A child that exited and is not reaped yet is a zombie: ended.
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, ended, ok := procStart(cmd.Process.Pid)
+		if ok && ended {
+			break
+		}
+		if !ok || time.Now().After(deadline) {
+			t.Fatalf("an exited child not yet reaped: ended %v ok %v", ended, ok)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
