@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -53,7 +52,7 @@ func TestTakeoverInTheMiddleOfRmRfLandsNoStaleDelete(t *testing.T) {
 
 		rmErr := waitDone(t, rmDone, "A's rm -rf")
 		syncErr := fsyncDir(a.Dir)
-		t.Logf("A's rm -rf: %v; A's fsync of its root: %v\n%s", rmErr, syncErr, tail(rmOut.String(), 5))
+		t.Logf("A's rm -rf: %v; A's fsync of its root: %v\n%s", rmErr, syncErr, lastLines(rmOut.String(), 5))
 		if syncErr != nil && !errors.Is(syncErr, syscall.EROFS) {
 			t.Errorf("A's fsync of the mount root after the takeover: %v; want success or EROFS", syncErr)
 		}
@@ -72,7 +71,7 @@ func TestTakeoverInTheMiddleOfRmRfLandsNoStaleDelete(t *testing.T) {
 			}
 		}
 		if missing > 0 {
-			t.Errorf("%d of %d names lost B's write; A's log:\n%s", missing, n, tail(a.Log(), 40))
+			t.Errorf("%d of %d names lost B's write; A's log:\n%s", missing, n, lastLines(a.Log(), 40))
 		}
 	})
 }
@@ -129,13 +128,4 @@ for r in 1 2 3; do for i in $(seq 0 7); do rm -f f$i; echo "new $r $i" > f$i; do
 			}
 		}
 	})
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

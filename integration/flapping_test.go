@@ -203,7 +203,7 @@ func TestHundredTakeoversOfOneSmallKeyWithAHeldCommitNeverStall(t *testing.T) {
 			}
 			if open != nil {
 				if err := open.Close(); !errors.Is(err, syscall.EROFS) {
-					t.Errorf("round %d: the fenced leader's close = %v, want EROFS", r, err)
+					t.Errorf("round %d: the fenced leader's close = %v, want EROFS; the end of its log:\n%s", r, err, lastLines(m[(r+1)%2].Log(), 200))
 				}
 			}
 			body := contents[r%2]

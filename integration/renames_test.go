@@ -159,7 +159,7 @@ func TestTakeoverInTheMiddleOfAnMvLoopLandsNoStaleRename(t *testing.T) {
 		}
 
 		mvErr := waitDone(t, mvDone, "A's mv loop")
-		t.Logf("A's mv loop: %v\n%s", mvErr, tail(mvOut.String(), 3))
+		t.Logf("A's mv loop: %v\n%s", mvErr, lastLines(mvOut.String(), 3))
 		if mvErr == nil {
 			t.Errorf("A's mv loop finished every rename although B bound a newer token while it ran")
 		}
@@ -180,7 +180,7 @@ func TestTakeoverInTheMiddleOfAnMvLoopLandsNoStaleRename(t *testing.T) {
 			}
 		}
 		if lost > 0 {
-			t.Errorf("%d of %d names lost B's write; A's log:\n%s", lost, 2*n, tail(a.Log(), 40))
+			t.Errorf("%d of %d names lost B's write; A's log:\n%s", lost, 2*n, lastLines(a.Log(), 40))
 		}
 	})
 }
