@@ -35,7 +35,8 @@ var frozenCommitSizes = []int{64 << 10, 1 << 20, 8 << 20, 64 << 20}
 // parts hold no lock on the key: a plain client's HEAD of every key is
 // answered meanwhile; the new leader B binds a newer token, and overwrites
 // every key, each within takeoverGoal, without waiting on the server. When
-// A resumes, every close fails EROFS, A leaves no upload behind, and the
+// A resumes, every close fails EROFS, A leaves no upload behind (but one
+// whose create's answer it never got, which `fencefs gc` removes), and the
 // keys hold B's bytes.
 func TestNewLeaderTakesOverWithin3sFromAWriterFrozenMidCommit(t *testing.T) {
 	// Only MinIO locks a key while a body arrives (the probe's
@@ -140,9 +141,12 @@ func commitsUnderWay(t *testing.T, gw *gateway.Gateway, bucket string, a *harnes
 // every close fails EROFS (every part and the Complete have a certain
 // outcome, so A learns it is fenced; never success: nothing of A's may
 // land), A leaves no upload behind (a streamed one is aborted in the
-// background, soon after the close), and each key holds B's version.
+// background, soon after the close; an upload without parts, whose create
+// A got no answer to, is left for `fencefs gc`, which must remove it), and
+// each key holds B's version.
 func staleCommitsFail(t *testing.T, gw *gateway.Gateway, bucket string, a *harness.FS, keys []string, closed []chan error) {
 	t.Helper()
+	var unknown []string // keys with an upload whose create A got no answer to
 	for i, k := range keys {
 		select {
 		case err := <-closed[i]:
@@ -155,10 +159,51 @@ func staleCommitsFail(t *testing.T, gw *gateway.Gateway, bucket string, a *harne
 		if got := readObject(t, gw, bucket, k); string(got.body) != "B's version" || got.epoch != "18" {
 			t.Errorf("%s = %.40q stamped %q, want B's version stamped 18", k, got.body, got.epoch)
 		}
-		if ids := uploadsLeft(t, gw, bucket, k, abortWithin); len(ids) > 0 {
+		ids := uploadsLeft(t, gw, bucket, k, abortWithin)
+		switch {
+		case len(ids) > 0 && !anyParts(t, gw, bucket, k, ids):
+			// No part ever reached them: the create's answer was still in
+			// the cut link when A froze, and A never learned the upload's
+			// id. Only the garbage collector can find it (DESIGN §10,
+			// "Streamed files").
+			t.Logf("%s: the uploads %v, without parts, are left for fencefs gc", k, ids)
+			unknown = append(unknown, k)
+		case len(ids) > 0:
 			t.Errorf("A left the uploads %v of %s behind (%v after its close); A's log:\n%s", ids, k, abortWithin, a.Log())
 		}
 	}
+	if len(unknown) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := harness.Run(ctx, t, gw, nil, "gc", bucket, "--endpoint", gw.Endpoint, "--upload-age", "0s")
+	if err != nil {
+		t.Fatalf("fencefs gc: %v\n%s", err, out)
+	}
+	for _, k := range unknown {
+		if left := uploadIDs(ctx, t, gw, bucket, k); len(left) != 0 {
+			t.Errorf("uploads of %s after fencefs gc: %v\n%s", k, left, out)
+		}
+	}
+}
+
+// anyParts reports whether any of the uploads ids of key has a part.
+func anyParts(t *testing.T, gw *gateway.Gateway, bucket, key string, ids []string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	core := minio.Core{Client: gw.Client()}
+	for _, id := range ids {
+		res, err := core.ListObjectParts(ctx, bucket, key, id, 0, 1)
+		if err != nil {
+			t.Fatalf("list the parts of upload %s of %s: %v", id, key, err)
+		}
+		if len(res.ObjectParts) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // abortWithin bounds how long after a failed commit's close its upload may
