@@ -329,20 +329,34 @@ func (fsys *filesystem) hasLive(ctx context.Context, prefix string) (bool, error
 // exactly fencing.TombstoneSize bytes can be tombstones; those are confirmed
 // with a Stat unless the listing carried their metadata.
 func (fsys *filesystem) notTombstone(ctx context.Context, e objstore.Entry) (bool, error) {
-	if info, ok := e.Info(); ok {
-		return !fencing.IsTombstone(info), nil
-	}
-	if e.Size != fencing.TombstoneSize {
+	if _, ok := e.Info(); !ok && e.Size != fencing.TombstoneSize {
 		return true, nil
+	}
+	_, live, err := fsys.described(ctx, e)
+	return live, err
+}
+
+// described returns e with its object's metadata, read with a HEAD where
+// the listing did not carry it (the copy and the delete of the move then
+// need none of their own), and whether the object is live: there, and not
+// a tombstone. A HEAD finding a newer version describes that one.
+func (fsys *filesystem) described(ctx context.Context, e objstore.Entry) (objstore.Entry, bool, error) {
+	if info, ok := e.Info(); ok {
+		return e, !fencing.IsTombstone(info), nil
 	}
 	info, err := fsys.store.Stat(ctx, e.Key)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
-		return false, nil
+		return e, false, nil
 	case err != nil:
-		return false, err
+		return e, false, err
 	}
-	return !fencing.IsTombstone(info), nil
+	e.Size, e.ETag, e.LastModified, e.ContentType = info.Size, info.ETag, info.LastModified, info.ContentType
+	e.Meta = info.Meta
+	if e.Meta == nil {
+		e.Meta = map[string]string{}
+	}
+	return e, !fencing.IsTombstone(info), nil
 }
 
 // create writes key as a new object through the Guard (which creates over

@@ -420,29 +420,6 @@ func (fsys *filesystem) deleteTree(ctx context.Context, srcs []objstore.Entry, s
 	return err
 }
 
-// described returns e with its object's metadata, read with a HEAD where
-// the listing did not carry it (the copy and the delete of the move then
-// need none of their own), and whether the object is live: there, and not
-// a tombstone. A HEAD finding a newer version describes that one.
-func (fsys *filesystem) described(ctx context.Context, e objstore.Entry) (objstore.Entry, bool, error) {
-	if info, ok := e.Info(); ok {
-		return e, !fencing.IsTombstone(info), nil
-	}
-	info, err := fsys.store.Stat(ctx, e.Key)
-	switch {
-	case errors.Is(err, objstore.ErrNotFound):
-		return e, false, nil
-	case err != nil:
-		return e, false, err
-	}
-	e.Size, e.ETag, e.LastModified, e.ContentType = info.Size, info.ETag, info.LastModified, info.ContentType
-	e.Meta = info.Meta
-	if e.Meta == nil {
-		e.Meta = map[string]string{}
-	}
-	return e, !fencing.IsTombstone(info), nil
-}
-
 // entryVersion is the version of an object dirRenamePlan described, with
 // its ETag-ABA record (the delete then needs no HEAD to learn it).
 func entryVersion(e objstore.Entry) fencing.Version {

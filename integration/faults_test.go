@@ -169,12 +169,21 @@ func testKillDuringMultipartUploadLeavesNoPartialObject(t *testing.T, gw *gatewa
 	if left := uploadIDs(ctx, t, gw, bucket, "big"); !slices.Equal(left, killed) {
 		t.Fatalf("uploads of big before gc: %v, want only the killed one %v", left, killed)
 	}
+	gcLeavesNoUploads(ctx, t, gw, bucket, "big")
+}
+
+// gcLeavesNoUploads runs `fencefs gc --upload-age 0s` on bucket and fails
+// the test if an upload of any of keys is left after it.
+func gcLeavesNoUploads(ctx context.Context, t *testing.T, gw *gateway.Gateway, bucket string, keys ...string) {
+	t.Helper()
 	out, err := harness.Run(ctx, t, gw, nil, "gc", bucket, "--endpoint", gw.Endpoint, "--upload-age", "0s")
 	if err != nil {
 		t.Fatalf("fencefs gc: %v\n%s", err, out)
 	}
-	if left := uploadIDs(ctx, t, gw, bucket, "big"); len(left) != 0 {
-		t.Fatalf("uploads of big after gc: %v\n%s", left, out)
+	for _, k := range keys {
+		if left := uploadIDs(ctx, t, gw, bucket, k); len(left) != 0 {
+			t.Fatalf("uploads of %s after fencefs gc: %v\n%s", k, left, out)
+		}
 	}
 }
 
