@@ -111,8 +111,11 @@ func TestRunZooKeeperEnsembleLeaderKilledKeepsOneLeaderAndGrowingTokens(t *testi
 	logA, logB := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// A session outlives a ZooKeeper leader election (a few ticks).
-	args := []string{"--zookeeper", ens.Connect(), "--ttl", "4s", "--grace", "5s"}
+	// A session outlives a ZooKeeper leader election (a few ticks, under a
+	// second here) with room for a machine many times slower; the servers
+	// grant up to 10 s.
+	const session = 8 * time.Second
+	args := []string{"--zookeeper", ens.Connect(), "--ttl", session.String(), "--grace", "5s"}
 
 	runA, startA := startWritingLeader(ctx, t, gw, ma.Dir, logA, args...)
 	runB := startRun(t, gw, "B", "leader", mb.Dir, []string{"LEASE_CHILD_LOG=" + logB, "LEASE_CHILD_MODE=loop"}, args...)
@@ -130,7 +133,7 @@ func TestRunZooKeeperEnsembleLeaderKilledKeepsOneLeaderAndGrowingTokens(t *testi
 	t.Logf("ZooKeeper server %d led; server %d leads %v after it was killed", old.ID, next.ID, time.Since(killed).Round(time.Millisecond))
 	// Past a whole session timeout after the new leader: had A's session
 	// ended, B would lead by now.
-	time.Sleep(4*time.Second + time.Second)
+	time.Sleep(session + time.Second)
 	if evs := readChildLog(t, logB); len(evs) != 0 {
 		t.Fatalf("B's command started while A led through the ZooKeeper leader change: %v; A's run:\n%s", evs, runA.output())
 	}
