@@ -305,8 +305,10 @@ func startRun(t *testing.T, gw *gateway.Gateway, mnt, addr string) *runProc {
 		t.Fatal(err)
 	}
 	defer out.Close()
+	// A 9 s lease leaves each renewal 4 s for its PUT: a loaded machine
+	// must not make the run lose it (and exit) while the test goes on.
 	p.cmd = exec.Command(harness.Binary(t), "run", "--lease", "ops", "--mount", mnt, "--endpoint", gw.Endpoint,
-		"--ttl", "3s", "--metrics-addr", addr, "--",
+		"--ttl", "9s", "--metrics-addr", addr, "--",
 		"sh", "-c", `echo led > "$FENCEFS_MOUNT/led.txt" && exec sleep 600`)
 	p.cmd.Env = append(os.Environ(), gw.Env()...)
 	p.cmd.Stdout, p.cmd.Stderr = out, out

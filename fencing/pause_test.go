@@ -188,7 +188,7 @@ func takeoverRound(t *testing.T, ctx context.Context, s objstore.Store, domain s
 func TestStrictPausedWriterNeverLandsAfterTakeover(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func() objstore.Store, real bool) {
 		n := pauseRounds(real)
-		ctx := testCtx(t, 5*time.Minute) // a hang guard: 154 s seen on a loaded machine
+		ctx := testCtx(t, 10*time.Minute) // a hang guard: 154 s seen on a loaded machine
 		s := newStore()
 		// Independent fence domains in one bucket run in parallel: the
 		// rounds are latency-bound, not CPU-bound.

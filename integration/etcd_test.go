@@ -98,7 +98,7 @@ func TestRunEtcdBadConnectionOrTokenSourceIsOneLineAndStartsNothing(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang guard for 11 runs
 	defer cancel()
 
 	// A mismatch: a token far above any revision of the plain etcd.
