@@ -203,7 +203,12 @@ func TestHundredTakeoversOfOneSmallKeyWithAHeldCommitNeverStall(t *testing.T) {
 			}
 			if open != nil {
 				if err := open.Close(); !errors.Is(err, syscall.EROFS) {
-					t.Errorf("round %d: the fenced leader's close = %v, want EROFS; the end of its log:\n%s", r, err, lastLines(m[(r+1)%2].Log(), 200))
+					// What the bucket holds now tells a stale write (the
+					// old leader's bytes at its epoch r+1) from a flush
+					// that stored nothing (the bytes of round r-1).
+					got := readObject(t, gw, bucket, "log.txt")
+					t.Errorf("round %d: the fenced leader's close = %v, want EROFS; log.txt holds %q (epoch %s, holder %s); the end of its log:\n%s\nthe end of the new leader's log:\n%s",
+						r, err, got.body, got.epoch, got.holder, lastLines(m[(r+1)%2].Log(), 200), lastLines(next.Log(), 60))
 				}
 			}
 			body := contents[r%2]
