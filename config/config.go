@@ -41,8 +41,14 @@ type S3 struct {
 	SessionToken    Secret
 	Profile         string // carried to objstore/s3, see NamedProfile
 	CredentialsFile string // read by objstore/s3 only, never by config
-	CAFile          string
-	PathStyle       bool
+	// WebIdentityTokenFile, RoleARN, AssumeRole and STSEndpoint select
+	// temporary credentials from STS (objstore/s3 documents the chain).
+	WebIdentityTokenFile string // read by objstore/s3 only
+	RoleARN              string
+	AssumeRole           bool
+	STSEndpoint          string
+	CAFile               string
+	PathStyle            bool
 	// Timeout is the idle timeout of a request: it fails once no byte
 	// has moved for this long (then it is retried within RetryDeadline).
 	Timeout time.Duration
@@ -74,6 +80,25 @@ func (c *Config) NamedProfile() string {
 		return ""
 	}
 	return c.S3.Profile
+}
+
+// StaticKeysTried names where only this package looked for static keys,
+// for the refusal of a mount that found credentials nowhere: the FENCEFS_
+// variable of s3.access_key and the config file (or that there was none).
+// objstore/s3 names the AWS variables, which it looks at too.
+func (c *Config) StaticKeysTried() string {
+	s, _ := settingByKey("s3.access_key")
+	var vars []string
+	for _, e := range s.Env {
+		if strings.HasPrefix(e, "FENCEFS_") {
+			vars = append(vars, "$"+e)
+		}
+	}
+	out := strings.Join(vars, ", ") + " (unset)"
+	if c.File != "" {
+		return out + ", s3.access_key in " + c.File + " (not set)"
+	}
+	return out + ", s3.access_key in a config file (none found)"
 }
 
 // SettingError is the configuration error (*Error) of key with msg, for a

@@ -539,14 +539,18 @@ func probeForMount(ctx context.Context, cfg *config.Config, store objstore.Store
 
 // credentialsFrom says where the credentials came from: the static keys'
 // origin, else where objstore/s3 found them (for a failed s3.New, as err
-// tells), for messages.
+// tells); when none were found anywhere, every place that was tried. For
+// messages.
 func credentialsFrom(cfg *config.Config, err error) string {
 	src := cfg.S3.CredentialsSource
 	if s, ok := s3.CredentialsSourceOf(err); ok && src == "" {
 		src = s
 	}
 	if src == "" {
-		src = "none given: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+		src = "none found; tried " + cfg.StaticKeysTried()
+		if tried := s3.CredentialsTriedOf(err); tried != "" {
+			src += ", " + tried
+		}
 	}
 	return src
 }

@@ -29,8 +29,15 @@ const (
 // fails at once (see breaker). For a write, a failed attempt whose outcome
 // is unknown makes any later failure an *objstore.UncertainError (see the
 // package documentation).
+//
+// A refusal of the credentials (ErrAuth) when they come from a source that
+// can be read again (a credentials file, STS, instance metadata; see
+// credentials.go) is retried once at once, with the credentials read
+// again: it was certainly not applied, and it may have been signed with
+// keys rotated meanwhile. It never counts against s.maxRetries.
 func (s *Store) call(ctx context.Context, op string, write bool, fn func(ctx context.Context) error) error {
 	var uncertain error
+	authRetries := 0 // 0 or 1
 	deadline := time.Now().Add(s.cfg.RetryDeadline)
 	if d, ok := objstore.RetryDeadline(ctx); ok && d.Before(deadline) {
 		deadline = d
@@ -71,10 +78,18 @@ func (s *Store) call(ctx context.Context, op string, write bool, fn func(ctx con
 				uncertain = err
 			}
 		}
-		if !oe.retryable() || s.maxRetries >= 0 && attempt >= s.maxRetries {
+		if oe.sentinel == objstore.ErrAuth && s.credsRenew && authRetries == 0 {
+			authRetries++
+			s.creds.Expire()
+			s.m.retry(op)
+			s.log.Warn("s3: credentials refused; retrying once with credentials read again", "op", op, "credentials", s.credsFrom, "err", err)
+			continue
+		}
+		retries := attempt - authRetries
+		if !oe.retryable() || s.maxRetries >= 0 && retries >= s.maxRetries {
 			return s.final(err, uncertain, attempt+1)
 		}
-		d := retryBase << attempt
+		d := retryBase << retries
 		if d > retryCap || d <= 0 {
 			d = retryCap
 		}

@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencefs/fencefs/objstore"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 const testCredentials = `[default]
@@ -31,18 +33,30 @@ aws_access_key_id = HALFKEY
 [empty]
 `
 
-// isolateCredentials clears the variables lookupCredentials reads and
-// gives the test a fresh HOME; it returns HOME.
+// isolateCredentials clears the variables resolveCredentials reads, turns
+// the instance metadata service off and gives the test a fresh HOME; it
+// returns HOME.
 func isolateCredentials(t *testing.T) string {
 	t.Helper()
 	for _, e := range []string{"AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SECRET_KEY", "AWS_SESSION_TOKEN",
 		"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD", "MINIO_ACCESS_KEY", "MINIO_SECRET_KEY",
-		"AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"} {
+		"AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME", "AWS_REGION",
+		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+		"AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"} {
 		t.Setenv(e, "")
 	}
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	return home
+}
+
+// lookupCredentials resolves cfg's credentials as New does, with the
+// real clock, and says where they came from.
+func lookupCredentials(cfg Config) (*credentials.Credentials, string, error) {
+	f, err := resolveCredentials(cfg, http.DefaultClient, nil, time.Now)
+	return f.creds, f.from, err
 }
 
 func writeFile(t *testing.T, path, content string) string {
@@ -128,10 +142,10 @@ func TestCredentialsLookupOrderAndSource(t *testing.T) {
 	}
 }
 
-// TestFileCredentialsAreReadOnce: keys without an expiry are read at New
-// only, so a credentials file changed or removed while mounted changes
-// nothing (as when config read it at startup).
-func TestFileCredentialsAreReadOnce(t *testing.T) {
+// TestRemovedCredentialsFileKeepsTheKeysReadBefore: a credentials file
+// removed while mounted (a Secret being swapped) leaves the keys read
+// before in use.
+func TestRemovedCredentialsFileKeepsTheKeysReadBefore(t *testing.T) {
 	isolateCredentials(t)
 	file := writeFile(t, filepath.Join(t.TempDir(), "creds"), testCredentials)
 	creds, _, err := lookupCredentials(Config{CredentialsFile: file, Profile: "ci"})
@@ -144,7 +158,7 @@ func TestFileCredentialsAreReadOnce(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		v, err := creds.GetWithContext(nil)
 		if err != nil || v.AccessKeyID != "CIKEY" || v.SessionToken != "citoken" {
-			t.Fatalf("after the file was removed: %q (token %q), %v; want the keys read at New", v.AccessKeyID, v.SessionToken, err)
+			t.Fatalf("after the file was removed: %q (token %q), %v; want the keys read before", v.AccessKeyID, v.SessionToken, err)
 		}
 	}
 }

@@ -67,6 +67,10 @@ func (s *Store) classify(err error, what, key string) error {
 	if key == "" {
 		where = fmt.Sprintf("s3 %s %s", what, s.cfg.Bucket)
 	}
+	var re *retrievalError
+	if errors.As(err, &re) {
+		return s.classifyRetrieval(re, where)
+	}
 	var er minio.ErrorResponse
 	if errors.As(err, &er) && (er.StatusCode != 0 || er.Code != "") {
 		return s.classifyResponse(er, where)

@@ -34,7 +34,11 @@ func (s *Store) raw(ctx context.Context, method, key string, query url.Values, h
 	}
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return nil, s.classify(err, strings.ToLower(method), key)
+		var re *retrievalError
+		if !errors.As(err, &re) {
+			re = &retrievalError{source: s.credsFrom, err: err}
+		}
+		return nil, s.classify(re, strings.ToLower(method), key)
 	}
 	if resp.StatusCode/100 == 2 {
 		return resp, nil
@@ -88,7 +92,11 @@ func (s *Store) signedRequest(ctx context.Context, method, key string, query url
 	req.Header.Set("X-Amz-Content-Sha256", sha)
 	v, err := s.creds.GetWithContext(&credentials.CredContext{Client: s.http, Context: ctx})
 	if err != nil {
-		return nil, &opError{sentinel: objstore.ErrAuth, msg: fmt.Sprintf("s3 %s %s: no credentials: %v", method, key, err), certain: true}
+		var re *retrievalError
+		if !errors.As(err, &re) {
+			re = &retrievalError{source: s.credsFrom, err: err}
+		}
+		return nil, s.classify(re, strings.ToLower(method), key)
 	}
 	if v.AccessKeyID != "" {
 		req = signer.SignV4(*req, v.AccessKeyID, v.SecretAccessKey, v.SessionToken, s.cfg.Region)

@@ -95,12 +95,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -119,21 +117,40 @@ type Config struct {
 	// Region to sign requests for; empty means "us-east-1".
 	Region string
 	// AccessKey, SecretKey and SessionToken are static credentials. With an
-	// empty AccessKey, New looks them up once, in this order: the
-	// environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-	// AWS_SESSION_TOKEN; then MINIO_ROOT_USER / MINIO_ROOT_PASSWORD,
-	// MINIO_ACCESS_KEY / MINIO_SECRET_KEY, unless a file or profile is
-	// named), then the shared credentials file; none found is anonymous
-	// access. Store.CredentialsSource says which one was used.
+	// empty AccessKey, New looks for credentials in the order of the AWS
+	// SDKs' default chain (see credentials.go): the environment, web
+	// identity, the shared credentials file, container credentials or the
+	// instance metadata service; none found is anonymous access.
+	// Store.CredentialsSource says which one was used.
 	AccessKey, SecretKey, SessionToken string
 	// CredentialsFile is the shared credentials file ("" means
-	// ~/.aws/credentials) and Profile its section ("" means "default").
+	// ~/.aws/credentials, with the home directory from the user database
+	// when HOME is unset) and Profile its section ("" means "default").
 	// Setting either names them: then the file must be readable and hold
 	// the profile, else New fails with a *CredentialsError. Unnamed, a
-	// missing ~/.aws/credentials or [default] section is anonymous access.
-	// This package does not read AWS_PROFILE or AWS_SHARED_CREDENTIALS_FILE
-	// itself: the caller's configuration passes them here.
+	// missing ~/.aws/credentials or [default] section is not an error. The
+	// file is read again whenever it changes on disk. This package does
+	// not read AWS_PROFILE or AWS_SHARED_CREDENTIALS_FILE itself: the
+	// caller's configuration passes them here.
 	CredentialsFile, Profile string
+	// WebIdentityTokenFile holds an OIDC token (a Kubernetes service
+	// account token, say) that is exchanged for temporary credentials by
+	// AssumeRoleWithWebIdentity at STSEndpoint, with RoleARN when set; the
+	// file is read again at each renewal. (fencefs passes
+	// AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN here.)
+	WebIdentityTokenFile string
+	// RoleARN is the role to assume: with WebIdentityTokenFile, by web
+	// identity; without it, by AssumeRole with the keys found otherwise.
+	RoleARN string
+	// AssumeRole exchanges the keys found (static, environment or the
+	// shared credentials file) for temporary ones by AssumeRole at
+	// STSEndpoint (MinIO needs no RoleARN). Implied by RoleARN without a
+	// WebIdentityTokenFile.
+	AssumeRole bool
+	// STSEndpoint is the URL of the STS service; "" means the S3 endpoint
+	// itself (MinIO serves STS there), or https://sts.REGION.amazonaws.com
+	// for an AWS endpoint.
+	STSEndpoint string
 	// CAFile is a PEM bundle of CAs trusted in addition to the system's
 	// (a private CA). Empty means $AWS_CA_BUNDLE when set.
 	CAFile string
@@ -217,6 +234,11 @@ type Store struct {
 	core       *minio.Core
 	creds      *credentials.Credentials
 	credsFrom  string // see CredentialsSource
+	credsTried string // see CredentialsTried
+	// credsRenew: the credentials can be read again (a file, STS,
+	// instance metadata), so a request they are refused for is retried
+	// once with fresh ones (see call).
+	credsRenew bool
 	http       *http.Client
 	sizing     objstore.Sizing
 	maxRetries int // negative: no cap
@@ -261,15 +283,15 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, &newError{err: fmt.Errorf("s3 store %s, bucket %q: %w", s.endpoint.Redacted(), cfg.Bucket, err), credsFrom: s.credsFrom}
+		return nil, &newError{err: fmt.Errorf("s3 store %s, bucket %q: %w", s.endpoint.Redacted(), cfg.Bucket, err), credsFrom: s.credsFrom, credsTried: s.credsTried}
 	}
 	return s, nil
 }
 
 // newError is an error of New after the credentials were looked up.
 type newError struct {
-	err       error
-	credsFrom string
+	err                   error
+	credsFrom, credsTried string
 }
 
 func (e *newError) Error() string { return e.err.Error() }
@@ -285,11 +307,28 @@ func CredentialsSourceOf(err error) (string, bool) {
 	return "", false
 }
 
+// CredentialsTriedOf returns the CredentialsTried of the store that New
+// was building when it failed with err ("" when err does not say).
+func CredentialsTriedOf(err error) string {
+	var ne *newError
+	if errors.As(err, &ne) {
+		return ne.credsTried
+	}
+	return ""
+}
+
 // CredentialsSource says where the store's credentials came from, for
-// messages: "static keys" (Config.AccessKey), "$AWS_ACCESS_KEY_ID",
-// "$MINIO_ROOT_USER", "$MINIO_ACCESS_KEY", "FILE [PROFILE]" (the shared
-// credentials file), or "" (anonymous access).
+// messages and the mount's log (never a secret): "static keys"
+// (Config.AccessKey), "$AWS_ACCESS_KEY_ID", "$MINIO_ROOT_USER",
+// "$MINIO_ACCESS_KEY", "FILE [PROFILE]" (the shared credentials file), "web
+// identity …", "AssumeRole … with keys from …", "container credentials …",
+// "instance metadata …", or "" (anonymous access: CredentialsTried says
+// where they were looked for).
 func (s *Store) CredentialsSource() string { return s.credsFrom }
+
+// CredentialsTried lists, for a store with anonymous access, every place
+// where credentials were looked for and why each had none, as one line.
+func (s *Store) CredentialsTried() string { return s.credsTried }
 
 // MakeBucket creates cfg.Bucket (in cfg.Region). A bucket that already
 // exists and is owned by the caller is not an error. Used by demos and
@@ -415,15 +454,15 @@ func parseEndpoint(endpoint string) (*url.URL, error) {
 	return u, nil
 }
 
-// newCore sets s.creds (see lookupCredentials) and the minio-go client
+// newCore sets s.creds (see resolveCredentials) and the minio-go client
 // s.core for host over rt.
 func (s *Store) newCore(host string, rt http.RoundTripper) error {
 	cfg := s.cfg
-	creds, from, err := lookupCredentials(cfg)
+	found, err := resolveCredentials(cfg, &http.Client{Transport: rt}, s.log, time.Now)
 	if err != nil {
 		return err
 	}
-	s.creds, s.credsFrom = creds, from
+	s.creds, s.credsFrom, s.credsTried, s.credsRenew = found.creds, found.from, found.tried, found.renewable
 	lookup := minio.BucketLookupAuto
 	if cfg.PathStyle {
 		lookup = minio.BucketLookupPath
@@ -443,90 +482,6 @@ func (s *Store) newCore(host string, rt http.RoundTripper) error {
 	}
 	s.core = core
 	return nil
-}
-
-// CredentialsError is a credentials file or profile that was named but
-// cannot be used. Key is fencefs's name of the setting: "s3.credentials_file"
-// (Config.CredentialsFile: missing or unreadable) or "s3.profile"
-// (Config.Profile: not in the file, or unusable). It is objstore.ErrInvalid.
-type CredentialsError struct {
-	Key, Msg string
-}
-
-func (e *CredentialsError) Error() string { return e.Key + ": " + e.Msg }
-
-// Is makes a CredentialsError objstore.ErrInvalid.
-func (e *CredentialsError) Is(target error) bool { return target == objstore.ErrInvalid }
-
-// lookupCredentials resolves the credentials of cfg once, in the order of
-// Config.AccessKey's documentation, and says where they came from (see
-// Store.CredentialsSource). This package is the only place of fencefs
-// that reads the shared credentials file (through minio-go's
-// FileAWSCredentials, reading only that one file).
-func lookupCredentials(cfg Config) (*credentials.Credentials, string, error) {
-	if cfg.AccessKey != "" {
-		return credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken), "static keys", nil
-	}
-	named := cfg.CredentialsFile != "" || cfg.Profile != ""
-	try := func(p credentials.Provider) (*credentials.Credentials, bool) {
-		c := credentials.New(p)
-		v, err := c.GetWithContext(nil)
-		return c, err == nil && v.AccessKeyID != ""
-	}
-	if c, ok := try(&credentials.EnvAWS{}); ok {
-		return c, "$AWS_ACCESS_KEY_ID", nil
-	}
-	if !named {
-		if c, ok := try(&credentials.EnvMinio{}); ok {
-			if os.Getenv("MINIO_ROOT_USER") == "" {
-				return c, "$MINIO_ACCESS_KEY", nil
-			}
-			return c, "$MINIO_ROOT_USER", nil
-		}
-	}
-	anonymous := credentials.NewStaticV4("", "", "")
-	file, profile := cfg.CredentialsFile, cfg.Profile
-	if profile == "" {
-		profile = "default"
-	}
-	if file == "" {
-		h, err := os.UserHomeDir()
-		if err != nil {
-			if cfg.Profile != "" {
-				return nil, "", &CredentialsError{Key: "s3.profile", Msg: fmt.Sprintf("profile %q: no credentials file (%v)", profile, err)}
-			}
-			return anonymous, "", nil
-		}
-		file = filepath.Join(h, ".aws", "credentials")
-	}
-	c := credentials.New(&credentials.FileAWSCredentials{Filename: file, Profile: profile})
-	v, err := c.GetWithContext(nil)
-	var pe *fs.PathError
-	switch {
-	case err == nil && v.AccessKeyID == "":
-		return anonymous, "", nil // a profile without keys
-	case err == nil:
-		if v.Expiration.IsZero() {
-			// Keys that do not expire are read once: minio-go's provider
-			// would read the file again for every request.
-			c = credentials.NewStaticV4(v.AccessKeyID, v.SecretAccessKey, v.SessionToken)
-		}
-		return c, fmt.Sprintf("%s [%s]", file, profile), nil
-	case errors.Is(err, fs.ErrNotExist) && cfg.CredentialsFile == "" && cfg.Profile == "":
-		return anonymous, "", nil // no ~/.aws/credentials
-	case errors.Is(err, fs.ErrNotExist) && cfg.CredentialsFile == "":
-		return nil, "", &CredentialsError{Key: "s3.profile", Msg: fmt.Sprintf("profile %q not found: %s does not exist", profile, file)}
-	case errors.As(err, &pe):
-		return nil, "", &CredentialsError{Key: "s3.credentials_file", Msg: fmt.Sprintf("cannot read %s: %v", file, pe.Err)}
-	case strings.Contains(err.Error(), "does not exist"): // ini: section "x" does not exist
-		if !named {
-			return anonymous, "", nil // ~/.aws/credentials without [default]
-		}
-		return nil, "", &CredentialsError{Key: "s3.profile", Msg: fmt.Sprintf("profile %q not found in %s", profile, file)}
-	case strings.HasPrefix(err.Error(), "profile "): // partial keys, SSO settings
-		return nil, "", &CredentialsError{Key: "s3.profile", Msg: fmt.Sprintf("profile %q in %s: %v", profile, file, strings.TrimPrefix(err.Error(), "profile "))}
-	}
-	return nil, "", &CredentialsError{Key: "s3.credentials_file", Msg: fmt.Sprintf("cannot read %s: %v", file, err)}
 }
 
 // probe asks the server for anything at all (a HEAD of the bucket): nil
