@@ -34,11 +34,7 @@ func (s *Store) raw(ctx context.Context, method, key string, query url.Values, h
 	}
 	resp, err := s.http.Do(req)
 	if err != nil {
-		var re *retrievalError
-		if !errors.As(err, &re) {
-			re = &retrievalError{source: s.credsFrom, err: err}
-		}
-		return nil, s.classify(re, strings.ToLower(method), key)
+		return nil, s.classify(err, strings.ToLower(method), key)
 	}
 	if resp.StatusCode/100 == 2 {
 		return resp, nil
