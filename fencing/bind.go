@@ -72,11 +72,12 @@ func (g *Guard) bindOnce(ctx context.Context, token uint64) (uint64, error) {
 		claim = prevClaim // re-run a failed sweep, or reclaim after being fenced by a reclaim
 	}
 	var n uint64
+	var replaced claimed
 	var err error
 	if token == 0 {
-		n, err = g.claimAuto(ctx, claim, prevToken)
+		n, replaced, err = g.claimAuto(ctx, claim, prevToken)
 	} else {
-		n, err = g.claimExplicit(ctx, token, claim)
+		n, replaced, err = g.claimExplicit(ctx, token, claim)
 	}
 	if err != nil {
 		return 0, err
@@ -85,6 +86,9 @@ func (g *Guard) bindOnce(ctx context.Context, token uint64) (uint64, error) {
 	g.mu.Lock()
 	if n != prevToken || claim != prevClaim {
 		g.intents.dropAll()
+	}
+	if !followsDirectly(replaced, prevToken, prevClaim, g.holder, prevState) {
+		g.line++ // another holder's epoch may have been active: a new line
 	}
 	g.token, g.claim, g.state, g.reason, g.sweepErr = n, claim, StateSweeping, "", nil
 	g.broadcast()
@@ -144,89 +148,101 @@ func (g *Guard) undrain() {
 	g.mu.Unlock()
 }
 
+// claimed is the register a bind's claim found in place when it succeeded:
+// the one its compare-and-swap replaced, or the one that already named the
+// claim. known is false when the bind cannot tell (its own earlier CAS
+// whose response was lost): then it may have replaced anything.
+type claimed struct {
+	reg   Register
+	known bool
+}
+
 // claimExplicit reserves token and raises the register to it.
-func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (uint64, error) {
-	reserved := false
+func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (uint64, claimed, error) {
+	reserved, raised := false, false
 	for attempt := 0; attempt < maxBindAttempts; attempt++ {
 		reg, etag, exists, err := g.readNoted(ctx)
 		if err != nil {
-			return 0, err // transient failures: the store retried already
+			return 0, claimed{}, err // transient failures: the store retried already
 		}
 		step, err := decideBind(reg, exists, token, g.holder, claim)
 		switch step {
 		case bindRefuse:
-			return 0, err
+			return 0, claimed{}, err
 		case bindDone:
-			return token, nil
+			// The register names our claim: a repeated bind of the
+			// binding we hold, or our own CAS whose answer was lost.
+			return token, claimed{reg: reg, known: !raised}, nil
 		}
 		if !reserved {
 			if err := g.reserve(ctx, token, claim); err != nil {
-				return 0, err
+				return 0, claimed{}, err
 			}
 			reserved = true
 		}
 		ok, err := g.raise(ctx, reg, etag, exists, token, claim)
 		if ok {
-			return token, nil
+			return token, claimed{reg: reg, known: exists}, nil
 		}
 		if err != nil {
-			return 0, err
+			return 0, claimed{}, err
 		}
+		raised = true
 		// Lost the race or lost the response: re-read and re-decide.
 		if berr := backoff(ctx, min(attempt, 3)); berr != nil {
-			return 0, berr
+			return 0, claimed{}, berr
 		}
 	}
-	return 0, unverifiedErr("could not raise the register to %d after %d attempts", token, maxBindAttempts)
+	return 0, claimed{}, unverifiedErr("could not raise the register to %d after %d attempts", token, maxBindAttempts)
 }
 
 // claimAuto has the register issue a token above every epoch seen.
-func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (uint64, error) {
+func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (uint64, claimed, error) {
 	var maxRes uint64
 	listed := false
 	for attempt := 0; attempt < maxBindAttempts; attempt++ {
 		reg, etag, exists, err := g.readNoted(ctx)
 		if err != nil {
-			return 0, err // transient failures: the store retried already
+			return 0, claimed{}, err // transient failures: the store retried already
 		}
 		if !exists && !listed {
 			// No register (new bucket, or reset): never reissue a reserved
 			// number.
 			m, err := maxReservation(ctx, g.store, g.lay)
 			if err != nil {
-				return 0, unverifiedErr("listing epoch reservations: %w", err)
+				return 0, claimed{}, unverifiedErr("listing epoch reservations: %w", err)
 			}
 			maxRes, listed = max(maxRes, m), true
 		}
 		n, err := autoToken(reg, exists, maxRes, current)
 		if err != nil {
-			return 0, err
+			return 0, claimed{}, err
 		}
 		if err := g.reserve(ctx, n, claim); err != nil {
 			if errors.Is(err, ErrBadToken) {
 				maxRes = n // taken: try above it
 				continue
 			}
-			return 0, err
+			return 0, claimed{}, err
 		}
 		ok, err := g.raise(ctx, reg, etag, exists, n, claim)
 		if ok {
-			return n, nil
+			return n, claimed{reg: reg, known: exists}, nil
 		}
 		if err != nil {
-			return 0, err
+			return 0, claimed{}, err
 		}
 		// The register moved (or our CAS response was lost): re-read.
 		again, _, _, err := g.readNoted(ctx)
 		if err == nil && again.Epoch == n && again.ClaimID == claim {
-			return n, nil
+			return n, claimed{}, nil // what our CAS replaced is unknown
 		}
 		maxRes = n
 		if berr := backoff(ctx, min(attempt, 3)); berr != nil {
-			return 0, berr
+			return 0, claimed{}, berr
 		}
 	}
-	return 0, unverifiedErr("could not obtain a token after %d attempts (heavy contention?)", maxBindAttempts)
+	return 0, claimed{}, unverifiedErr("could not obtain a token after %d attempts (heavy contention?)", maxBindAttempts)
 }
 
 // sealOlder seals the intent journals of every epoch <= n (other than this

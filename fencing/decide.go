@@ -195,3 +195,19 @@ func resolve(kind writeKind, cur objstore.ObjectInfo, exists bool, epoch uint64,
 	}
 	return outcomeCheck
 }
+
+// followsDirectly decides whether a new binding continues this Guard's
+// line (docs/DESIGN.md, "What the mount holds, and under which binding"):
+// changes the mount made under its previous binding may then still be
+// stored under the new one. It does only when the claim found the register
+// naming that previous binding itself (prevToken, prevClaim, this holder):
+// the register's epoch only grows, so no other holder's epoch was active in
+// between. A Guard that was fenced, unbound, or cannot tell what its claim
+// replaced starts a new line.
+func followsDirectly(found claimed, prevToken uint64, prevClaim, holder string, prevState State) bool {
+	if !found.known || prevToken == 0 || prevState == StateFenced || prevState == StateUnbound {
+		return false
+	}
+	r := found.reg
+	return r.Epoch == prevToken && r.ClaimID == prevClaim && r.Holder == holder
+}

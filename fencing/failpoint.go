@@ -32,6 +32,11 @@ type Hooks struct {
 	// mount reports ready (the window in which a signal finds a mount that
 	// may already be in use).
 	AfterMount func(ctx context.Context, mountpoint string)
+	// BeforeReleaseCommit is not called by the Guard either: the mount
+	// calls it with the key in a file's last release, between deciding
+	// that it is the last and committing what is left (the window in which
+	// another open of the file may begin).
+	BeforeReleaseCommit func(ctx context.Context, key string)
 }
 
 // EnvFailpoints is the environment variable FailpointsFromEnv reads.
@@ -44,7 +49,8 @@ const EnvFailpoints = "FENCEFS_FAILPOINTS"
 // it set, rather than silently ignoring a test setting. The value is a list
 // of point=action separated by ';' or ',':
 //
-//	points:  after-intent, after-validate, before-sweep-key, after-mount
+//	points:  after-intent, after-validate, before-sweep-key, after-mount,
+//	         before-release-commit
 //	actions: pause-file:PATH   wait while PATH exists (polled every 10 ms);
 //	                           a paused writer first appends the key and a
 //	                           newline to PATH.reached, so a test knows who
@@ -112,6 +118,8 @@ func ParseFailpoints(spec string) (Hooks, error) {
 			h.AfterValidate = hook
 		case "after-mount":
 			h.AfterMount = hook
+		case "before-release-commit":
+			h.BeforeReleaseCommit = hook
 		case "before-sweep-key":
 			h.BeforeSweepKey = func(ctx context.Context, key string) error {
 				if !match(key) {
@@ -120,7 +128,7 @@ func ParseFailpoints(spec string) (Hooks, error) {
 				return wait(ctx, key)
 			}
 		default:
-			return Hooks{}, fmt.Errorf("failpoint %q: unknown point %q (after-intent, after-validate, before-sweep-key, after-mount)", item, point)
+			return Hooks{}, fmt.Errorf("failpoint %q: unknown point %q (after-intent, after-validate, before-sweep-key, after-mount, before-release-commit)", item, point)
 		}
 	}
 	return h, nil

@@ -54,6 +54,7 @@ type Guard struct {
 	state    State         // GUARDED_BY(mu)
 	token    uint64        // bound token; GUARDED_BY(mu)
 	claim    string        // claim id of the binding; GUARDED_BY(mu)
+	line     uint64        // the binding's line (binding.go, followsDirectly); GUARDED_BY(mu)
 	reg      Register      // newest register seen; GUARDED_BY(mu)
 	regETag  string        // ETag of reg ("" = none read); GUARDED_BY(mu)
 	reason   string        // why fenced; GUARDED_BY(mu)
@@ -344,11 +345,30 @@ func (g *Guard) begin(ctx context.Context, op, key string) (tokenState, error) {
 		case g.state == StateUnbound:
 			return tokenState{}, &fenceError{sentinel: ErrReadOnly, msg: fmt.Sprintf("read-only: no fencing token bound (%s %s); bind one with a token option or setfattr -n user.fencefs.token", op, key)}
 		default: // active
+			if b, ok := bindingOf(ctx); ok && b.line != g.line {
+				g.met.refused(op)
+				return tokenState{}, supersededErr(op, key, b, g.token)
+			}
 			g.inflight++
 			g.busy[key]++
 			return tokenState{mode: g.cfg.Mode, token: g.token, claim: g.claim}, nil
 		}
 	}
+}
+
+// Binding returns the binding this Guard's changes are made under now, to
+// be attached with Under to a change the caller holds before storing it:
+// the bound token and its line, also while sweeping or fenced (a change
+// made then is refused after the next bind unless that bind continues the
+// line). It is the zero Binding in mode off and before the first bind. No
+// I/O; safe for concurrent use.
+func (g *Guard) Binding() Binding {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cfg.Mode == ModeOff {
+		return Binding{}
+	}
+	return Binding{Token: g.token, line: g.line}
 }
 
 // activeState returns the binding if the Guard is active (and not closed

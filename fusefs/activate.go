@@ -13,7 +13,10 @@ package fusefs
 // go-fuse's notifications, the kernel's attributes, page cache and
 // directory entries. Nodes with open handles keep the version they pinned
 // (close-to-open), but their whole-file replacements are no longer refused
-// because of an older epoch's change (fencing.Guard.Replace).
+// because of an older epoch's change (fencing.Guard.Replace) — only those
+// made under this line of bindings, though: a change held since before
+// another holder's epoch is refused whatever the mount leads with now
+// (held.go), never revived by the failback.
 //
 // From then on, until the mount is fenced, no other fencefs writer can
 // change the fence domain: what the mount saw since activation stays true,

@@ -190,8 +190,19 @@ func (b *nodeBase) deferAttr(ctx context.Context, mutate func(*posixAttr) error)
 			b.mu.Unlock()
 			continue // changed in the bucket meanwhile: apply to that version
 		}
+		if b.attrPending && b.fsys.superseded(b.attrBind) {
+			// Held under a binding another holder's epoch superseded
+			// (held.go): dropped, and this call reports it.
+			tok := b.attrBind.Token
+			b.revertAttrLocked()
+			b.mu.Unlock()
+			b.fsys.metrics.attrWritebackFailures.Inc()
+			return fmt.Errorf("%s: %w: %w: a chmod/chown/utimens made under token %d was dropped (another holder's epoch was active since)",
+				key, fencing.ErrFenced, fencing.ErrSuperseded, tok)
+		}
 		b.attr = a
 		b.attrPending = true
+		b.attrBind = b.fsys.binding()
 		b.mu.Unlock()
 		b.fsys.attrwb.schedule(b)
 		return nil
@@ -212,12 +223,12 @@ func (b *nodeBase) storePendingAttr(ctx context.Context) error {
 // LOCKS_REQUIRED(b.opMu)
 func (b *nodeBase) storePendingAttrLocked(ctx context.Context) error {
 	b.mu.Lock()
-	pending := b.attrPending
+	pending, bind := b.attrPending, b.attrBind
 	b.mu.Unlock()
 	if !pending {
 		return nil
 	}
-	err := b.updateMetaRemote(ctx, func(*posixAttr) error { return nil })
+	err := b.updateMetaRemote(heldCtx(ctx, bind), func(*posixAttr) error { return nil })
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	key, _ := b.key()

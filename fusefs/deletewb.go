@@ -49,7 +49,7 @@ const maxPendingDeletes = 16384
 type deleteWriteback struct {
 	// del sends one delete (filesystem.deleteObject, in a mutation of
 	// its own); failed logs and counts a delete that failed.
-	del     func(key string, base fencing.Version) error
+	del     func(key string, base fencing.Version, bind fencing.Binding) error
 	failed  func(key string, err error)
 	senders int           // Options.DeleteConcurrency: deletes in flight at most
 	room    chan struct{} // deletes queued or in flight, maxPendingDeletes at most
@@ -70,13 +70,14 @@ type entryDir interface {
 type pendingDelete struct {
 	key  string
 	base fencing.Version
+	bind fencing.Binding // what unlink acknowledged it under (held.go)
 	dir  entryDir
 	prev *pendingDelete // an earlier delete of the same name, still pending: sent after it
 	done chan struct{}
 	err  error
 }
 
-func newDeleteWriteback(concurrency int, del func(string, fencing.Version) error, failed func(string, error)) *deleteWriteback {
+func newDeleteWriteback(concurrency int, del func(string, fencing.Version, fencing.Binding) error, failed func(string, error)) *deleteWriteback {
 	return &deleteWriteback{
 		del:     del,
 		failed:  failed,
@@ -95,7 +96,7 @@ func (w *deleteWriteback) add(ctx context.Context, dir entryDir, key string, bas
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	p := &pendingDelete{key: key, base: base, dir: dir, done: make(chan struct{})}
+	p := &pendingDelete{key: key, base: base, bind: fencing.BindingOf(ctx), dir: dir, done: make(chan struct{})}
 	w.mu.Lock()
 	p.prev = w.pending[key]
 	w.pending[key] = p
@@ -135,7 +136,7 @@ func (w *deleteWriteback) send(p *pendingDelete) {
 		<-p.prev.done
 		p.prev = nil
 	}
-	err := w.del(p.key, p.base)
+	err := w.del(p.key, p.base, p.bind)
 	if err != nil {
 		w.failed(p.key, err)
 		p.dir.deleteFailed(p.key, err)

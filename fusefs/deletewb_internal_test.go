@@ -32,7 +32,7 @@ func TestDeleteWritebackSendsAtMostItsSendersAtOnceAndReportsFailures(t *testing
 	var inFlight, most atomic.Int64
 	refuse := errors.New("refused")
 	var failures atomic.Int64
-	w := newDeleteWriteback(senders, func(key string, _ fencing.Version) error {
+	w := newDeleteWriteback(senders, func(key string, _ fencing.Version, _ fencing.Binding) error {
 		cur := inFlight.Add(1)
 		for {
 			m := most.Load()
@@ -89,7 +89,7 @@ func TestDeleteWritebackSendsTheDeletesOfOneNameInOrder(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var order []string
-	w := newDeleteWriteback(4, func(key string, base fencing.Version) error {
+	w := newDeleteWriteback(4, func(key string, base fencing.Version, _ fencing.Binding) error {
 		if base.ETag == "first" {
 			<-release
 		}

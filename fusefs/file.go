@@ -49,6 +49,10 @@ type fileNode struct {
 	supersededKey string
 	openCount     int
 	keepETag      string // ETag the kernel's page cache holds (FOPEN_KEEP_CACHE)
+	// changers counts the open handles that changed the content
+	// (fileHandle.gen != 0): a flush of another handle leaves their
+	// changes to them (fileHandle.Flush).
+	changers int
 }
 
 var _ = (fs.InodeEmbedder)((*fileNode)(nil))
@@ -147,6 +151,7 @@ func (n *fileNode) stored(info objstore.ObjectInfo, attrs attrsAfter) {
 	n.keepETag = info.ETag
 	if attrs != attrsKept {
 		n.attrPending = attrs == attrsLeft
+		n.attrBind = n.fsys.binding()
 	}
 }
 
@@ -178,6 +183,43 @@ func (n *fileNode) truncate(ctx context.Context, size int64) error {
 	}
 	key, _ := n.key()
 	return n.c.truncate(ctx, key, size, false)
+}
+
+// storedSize is the size of the version the node holds (contentOwner).
+func (n *fileNode) storedSize() int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.info.Size
+}
+
+// reverted shows the stored version again after the content dropped the
+// changes it held for open handles (contentOwner): the node moves to the
+// object's current version (the newer leader's, most often), which what the
+// handles write next starts from; the kernel drops its pages and
+// attributes; a file that was never stored loses its name. Called holding
+// the content's body lock (no change can be staged meanwhile).
+func (n *fileNode) reverted(ctx context.Context, lostName bool) {
+	var cur objstore.ObjectInfo
+	var err error
+	if key, kerr := n.keyOrErr(); kerr == nil && !lostName {
+		cur, err = n.fsys.store.Stat(ctx, key)
+		if err == nil && fencing.IsTombstone(cur) {
+			err = objstore.ErrNotFound
+		}
+	}
+	n.mu.Lock()
+	n.fetched = time.Time{}
+	n.keepETag = ""
+	if err == nil && cur.ETag != "" {
+		n.setInfoLocked(cur)
+		n.c.setStoredSize(cur.Size)
+		n.fetched = time.Now()
+	}
+	n.mu.Unlock()
+	go n.NotifyContent(0, 0) // may wait for a lock the request being served holds
+	if lostName {
+		n.forgetName()
+	}
 }
 
 // dropStage drops the content's staging file, and forgets uncommitted

@@ -77,6 +77,9 @@ func (n *fileNode) setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 		if err := n.truncate(ctx, int64(size)); err != nil {
 			return err
 		}
+		if h, ok := f.(*fileHandle); ok {
+			h.changed()
+		}
 		if f == nil {
 			// truncate(2) by path: no close will follow, commit now (with
 			// whatever else is staged). The staging file goes when no

@@ -29,9 +29,29 @@ func (n *fileNode) sync(ctx context.Context, attrs bool) error {
 	return n.storePendingAttrLocked(ctx)
 }
 
+// commitReleased is the last release's commit: it stores only what no live
+// handle holds. A handle opened after the release decided it was the last
+// keeps every change for its own flush (the open's O_TRUNC included), so
+// the check is made again under the content's body lock, which an open's
+// truncate and every write take after the open counted its handle.
+func (n *fileNode) commitReleased(ctx context.Context) error {
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	noneOpen := func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.openCount == 0
+	}
+	metaLeft, err := n.c.commit(ctx, noneOpen)
+	if err != nil || !metaLeft {
+		return err
+	}
+	return n.storePendingAttrLocked(ctx)
+}
+
 // LOCKS_REQUIRED(n.opMu)
 func (n *fileNode) commitLocked(ctx context.Context) error {
-	metaLeft, err := n.c.commit(ctx)
+	metaLeft, err := n.c.commit(ctx, nil)
 	if err != nil || !metaLeft {
 		return err
 	}

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -54,7 +55,14 @@ type fileContent struct {
 	size  int64     // GUARDED_BY(mu): the file's size (of the staging file when there is one)
 	state fileState // GUARDED_BY(mu): what the change is (file_state.go)
 	gen   uint64    // GUARDED_BY(mu): bumped by every local change; a commit cleans only if unchanged
-	up    *partUpload
+	// storedGen is the newest gen the bucket holds or that was dropped:
+	// changes up to it are nobody's to store any more. GUARDED_BY(mu)
+	storedGen uint64
+	// bind is the binding the uncommitted changes were made under (held.go):
+	// set when the content becomes dirty, the condition of every commit of
+	// them. GUARDED_BY(mu)
+	bind fencing.Binding
+	up   *partUpload
 	// unknownWID is the write id of the last commit whose outcome was
 	// unknown (it may have landed), unknownGen the gen it stored: the next
 	// commit asks the bucket first (file_content_commit.go). GUARDED_BY(mu)
@@ -91,6 +99,12 @@ type contentOwner interface {
 	touch()
 	// forgetName drops the kernel's directory entry of the node.
 	forgetName()
+	// storedSize is the size of the version the node holds.
+	storedSize() int64
+	// reverted shows the stored version again after the content dropped
+	// changes it held for handles still open (refusedLocked); lostName:
+	// the file was never stored.
+	reverted(ctx context.Context, lostName bool)
 }
 
 func newFileContent(owner contentOwner, fsys *filesystem, size int64) *fileContent {
@@ -108,6 +122,20 @@ func (c *fileContent) flags() fileState {
 // created here and never stored, or its name is gone. LOCKS_EXCLUDED(c.mu)
 func (c *fileContent) local() bool {
 	return c.flags().any(stDirty | stPending | stUnlinked)
+}
+
+// genNow returns the content's change counter. LOCKS_EXCLUDED(c.mu)
+func (c *fileContent) genNow() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// storedGenNow returns storedGen. LOCKS_EXCLUDED(c.mu)
+func (c *fileContent) storedGenNow() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.storedGen
 }
 
 // sizeNow returns the file's size as this mount shows it.
@@ -139,6 +167,7 @@ func (c *fileContent) markDirtyLocked() {
 		return
 	}
 	c.state.set(stDirty, true)
+	c.bind = c.fsys.binding()
 	c.dirtySince.Store(time.Now().UnixNano())
 	c.fsys.dirtyFiles.Add(1)
 	c.fsys.track(c.owner)
@@ -148,6 +177,7 @@ func (c *fileContent) markDirtyLocked() {
 // (committed, or dropped). LOCKS_REQUIRED(c.mu)
 func (c *fileContent) setCleanLocked() {
 	defer c.checkInvariantsLocked()
+	c.storedGen = c.gen
 	c.state.set(stNoUpload|stOpenChangeOnly, false)
 	c.stageErr = nil
 	if c.state.has(stDirty) {
@@ -267,6 +297,7 @@ func (c *fileContent) checkInvariantsLocked() {
 type pendingCommit struct {
 	key                string
 	gen                uint64
+	bind               fencing.Binding // what the changes were made under
 	size               int64
 	pending, replacing bool
 	metaLeft           bool // stored without the node's metadata (file_content_upload.go)

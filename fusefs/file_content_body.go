@@ -72,6 +72,9 @@ func (c *fileContent) write(ctx context.Context, key string, data []byte, off in
 	c.body.Lock()
 	defer c.body.Unlock()
 	c.dropSpentLocked()
+	if err := c.refuseSupersededLocked(ctx, key, "write"); err != nil {
+		return 0, err
+	}
 	if err := c.ensureStageLocked(ctx, -1); err != nil {
 		return 0, err
 	}
@@ -122,6 +125,9 @@ func (c *fileContent) truncate(ctx context.Context, key string, size int64, atOp
 	c.body.Lock()
 	defer c.body.Unlock()
 	c.dropSpentLocked()
+	if err := c.refuseSupersededLocked(ctx, key, "truncate"); err != nil {
+		return err
+	}
 	if err := c.ensureStageLocked(ctx, size); err != nil {
 		return err
 	}
@@ -244,4 +250,44 @@ func (c *fileContent) dropSpentLocked() {
 	c.resetHolesLocked()
 	c.fsys.stagingBytes.Add(-c.size)
 	c.fsys.untrack(c.owner)
+}
+
+// refuseSupersededLocked refuses the changes the content holds when they
+// were made under a binding another holder's epoch has superseded since
+// (held.go): they are dropped, the file shows its stored version again,
+// and op, the first call to meet them, reports EROFS for them; the next
+// change starts from the stored version under the current binding.
+// LOCKS_REQUIRED(c.body write)
+func (c *fileContent) refuseSupersededLocked(ctx context.Context, key, op string) error {
+	c.mu.Lock()
+	b, dirty := c.bind, c.state.has(stDirty) && !c.state.has(stUnlinked)
+	c.mu.Unlock()
+	if !dirty || !c.fsys.superseded(b) {
+		return nil
+	}
+	err := fmt.Errorf("%s %s: %w: %w: the changes made under token %d were dropped (another holder's epoch was active since)",
+		op, key, fencing.ErrFenced, fencing.ErrSuperseded, b.Token)
+	c.refusedLocked(ctx, key, err)
+	return err
+}
+
+// refusedLocked drops every change the content holds because the Guard
+// refused them for good (err: fenced, or superseded): the staging file, the
+// upload, an unknown outcome. Handles may still be open: they read the
+// stored version from now on, and what they write next starts from it.
+// LOCKS_REQUIRED(c.body write)
+func (c *fileContent) refusedLocked(ctx context.Context, key string, err error) {
+	lost, lostName := c.dropLocked(c.owner.storedSize())
+	if !lost {
+		return
+	}
+	if lostName {
+		c.mu.Lock()
+		c.size = 0 // never stored: its handles read an empty file
+		c.mu.Unlock()
+	}
+	c.fsys.metrics.refusedDrops.Inc()
+	c.fsys.log.Warn("changes refused by the fence are dropped; the file shows its stored version again",
+		"key", key, "err", err)
+	c.owner.reverted(ctx, lostName)
 }

@@ -22,33 +22,52 @@ import (
 // for a file this mount created). Nothing to commit is nil. metaLeft
 // reports that an upload while writing stored the metadata it was started
 // with, and the node's own is a pending attribute change now (the caller
-// stores it). LOCKS_REQUIRED(the owner's opMu)
-func (c *fileContent) commit(ctx context.Context) (metaLeft bool, err error) {
+// stores it). when, if not nil, is asked under the body lock, before
+// anything is taken of the content: false commits nothing (the last
+// release's check that no handle opened since). LOCKS_REQUIRED(the owner's opMu)
+func (c *fileContent) commit(ctx context.Context, when func() bool) (metaLeft bool, err error) {
 	if done, err := c.resolveUnknown(ctx); done || err != nil {
 		if done {
 			c.dropSpent()
 		}
 		return false, err
 	}
-	metaLeft, err = c.commitStaged(ctx)
+	metaLeft, err = c.commitStaged(ctx, when)
 	if err != nil {
+		if isFencedRefusal(err) {
+			c.refused(ctx, err)
+		}
 		return false, err
 	}
 	c.dropSpent()
 	return metaLeft, nil
 }
 
+// refused drops the content's changes after the Guard refused their commit
+// for good (fenced, or made under a superseded binding): the call that
+// committed reports EROFS once, and no later commit stores them.
+func (c *fileContent) refused(ctx context.Context, err error) {
+	c.body.Lock()
+	defer c.body.Unlock()
+	key, _ := c.owner.key()
+	c.refusedLocked(ctx, key, err)
+}
+
 // commitStaged is commit of the staged content.
 // LOCKS_REQUIRED(the owner's opMu)
-func (c *fileContent) commitStaged(ctx context.Context) (metaLeft bool, err error) {
+func (c *fileContent) commitStaged(ctx context.Context, when func() bool) (metaLeft bool, err error) {
 	c.body.RLock()
 	defer c.body.RUnlock()
+	if when != nil && !when() {
+		return false, nil
+	}
 	p, err := c.snapshot()
 	if p == nil || err != nil {
 		return false, err
 	}
 	start := time.Now()
-	info, err := c.store(ctx, p)
+	// Stored only under the binding the changes were made under (held.go).
+	info, err := c.store(heldCtx(ctx, p.bind), p)
 	if p.pending && errors.Is(err, errExist) {
 		// Another client created the name first: this file can never be
 		// stored there. Like an unlinked file it stays readable through
@@ -77,6 +96,7 @@ func (c *fileContent) commitStaged(ctx context.Context) (metaLeft bool, err erro
 	defer c.mu.Unlock()
 	c.state.set(stPending|stReplacing, false)
 	c.state.set(stSpent, c.holes.any()) // the bucket holds what the staging file lost
+	c.storedGen = max(c.storedGen, p.gen)
 	if c.gen == p.gen {
 		c.setCleanLocked()
 		if c.stage == nil {
@@ -156,7 +176,7 @@ func (c *fileContent) snapshot() (*pendingCommit, error) {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("commit %s: not stored: %w; the file keeps its stored version once every descriptor is closed", o.key, err)
 	}
-	p := &pendingCommit{key: o.key, gen: c.gen, size: c.size, pending: c.state.has(stPending),
+	p := &pendingCommit{key: o.key, gen: c.gen, bind: c.bind, size: c.size, pending: c.state.has(stPending),
 		replacing: c.state.has(stReplacing), base: c.baseLocked(o), meta: o.meta, body: bytes.NewReader(nil)}
 	c.mu.Unlock()
 	if c.stage != nil {

@@ -39,6 +39,39 @@ type fileHandle struct {
 	// key is the object's key at open: the reads of a superseded node,
 	// which is no longer in the tree, use it (file_capture.go).
 	key string
+	// gen is the content's gen after this handle's last change (a write,
+	// an O_TRUNC at its open, an ftruncate, a fallocate); 0 while it made
+	// none. GUARDED_BY(node.mu)
+	gen uint64
+}
+
+// changed records that the handle just changed the content.
+func (h *fileHandle) changed() {
+	n := h.node
+	g := n.c.genNow()
+	n.mu.Lock()
+	if h.gen == 0 {
+		n.changers++
+	}
+	h.gen = g
+	n.mu.Unlock()
+}
+
+// flushCommits reports whether a FLUSH of h commits the content: when h
+// holds changes not stored yet, or no other open handle changed the
+// content (the changes are a path truncate's, or a failed commit's). A
+// flush never publishes what another open handle is writing (an O_TRUNC
+// followed by half of its writes): that handle's own close does.
+func (h *fileHandle) flushCommits() bool {
+	n := h.node
+	stored := n.c.storedGenNow()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	others := n.changers
+	if h.gen != 0 {
+		others--
+	}
+	return h.gen > stored || others == 0
 }
 
 // readKey returns the key to read the handle's version from.
@@ -159,6 +192,9 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 		off = -1
 	}
 	w, err := h.node.write(ctx, data, off)
+	if w > 0 {
+		h.changed()
+	}
 	if err != nil {
 		k, _ := h.node.key()
 		return w, h.node.fsys.mutationErrno(ctx, "write", k, err)
@@ -181,7 +217,14 @@ func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	}
 	ctx, cancel := h.node.fsys.mutctx(ctx)
 	defer cancel()
-	if err := h.node.sync(ctx, h.writable); err != nil {
+	var err error
+	switch {
+	case h.flushCommits():
+		err = h.node.sync(ctx, h.writable)
+	case h.writable:
+		err = h.node.storePendingAttr(ctx)
+	}
+	if err != nil {
 		k, _ := h.node.key()
 		return h.node.fsys.mutationErrno(ctx, "flush", k, err)
 	}
@@ -233,6 +276,7 @@ func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32
 		if err := n.truncate(ctx, end); err != nil {
 			return n.fsys.mutationErrno(ctx, "fallocate", k, err)
 		}
+		h.changed()
 	}
 	return 0
 }
@@ -298,11 +342,15 @@ func (h *fileHandle) rebase(ctx context.Context, rd *reader, key string) (*reade
 
 // releaseHandle drops a handle. The last one commits what is still dirty
 // (a flush that failed, or writes through a shared mapping) and drops the
-// staging file.
+// staging file, unless a handle opened since its decision: that handle's
+// changes are its own (commitReleased).
 func (n *fileNode) releaseHandle(h *fileHandle) {
 	h.closeReader()
 	n.mu.Lock()
 	n.openCount--
+	if h.gen != 0 {
+		n.changers--
+	}
 	last, count := n.openCount == 0, n.openCount
 	n.mu.Unlock()
 	if invariantChecks && count < 0 {
@@ -313,11 +361,15 @@ func (n *fileNode) releaseHandle(h *fileHandle) {
 		return
 	}
 	key, _ := n.key()
+	if hook := n.fsys.opts.BeforeReleaseCommit; hook != nil {
+		hook(n.fsys.ctx, key) // tests: an open may begin here
+	}
 	if f := n.c.flags(); f.has(stDirty) && !f.has(stUnlinked) {
 		// Release cannot report an error: this is the last chance. Nobody
 		// waits for it: while the storage is known down it fails at once
-		// rather than hold the node (and the journal) for a check.
-		if err := n.commit(objstore.Unwaited(n.fsys.ctx)); err != nil {
+		// rather than hold the node (and the journal) for a check. It
+		// stores only what no handle opened since holds (commitReleased).
+		if err := n.commitReleased(objstore.Unwaited(n.fsys.ctx)); err != nil {
 			n.fsys.log.Error("file released with uncommitted changes; they are lost",
 				"key", key, "err", err)
 		}

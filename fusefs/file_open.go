@@ -55,6 +55,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 			n.releaseHandle(h)
 			return nil, 0, n.fsys.mutationErrno(ctx, "open", key, err)
 		}
+		h.changed()
 	}
 	return h, fuseFlags, 0
 }

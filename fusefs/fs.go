@@ -161,7 +161,9 @@ func (fsys *filesystem) mutctx(ctx context.Context) (context.Context, context.Ca
 		c = fuse.NewContext(c, caller)
 	}
 	c, cancel := context.WithCancel(c)
-	return objstore.WithOperation(c), cancel
+	// Bound to the binding current at the request's start (held.go): a
+	// mutation that waits out a bind to another line is refused.
+	return objstore.WithOperation(heldCtx(c, fsys.binding())), cancel
 }
 
 // checkWritable fails fast, without a round trip, when mutation op cannot
@@ -414,10 +416,10 @@ type stagedFile interface {
 
 // deleteInBackground is deleteObject of a delete unlink acknowledged
 // (deletewb.go), in a mutation of its own.
-func (fsys *filesystem) deleteInBackground(key string, base fencing.Version) error {
+func (fsys *filesystem) deleteInBackground(key string, base fencing.Version, bind fencing.Binding) error {
 	ctx, cancel := fsys.mutctx(context.Background())
 	defer cancel()
-	return fsys.deleteObject(ctx, key, base)
+	return fsys.deleteObject(heldCtx(ctx, bind), key, base)
 }
 
 // deleteFailed logs and counts an acknowledged delete that failed.

@@ -63,6 +63,7 @@ type serveConfig struct {
 	LeaderCacheTTL   time.Duration
 	TombstoneDeletes bool
 	StreamStaging    int64
+	AttrWriteback    time.Duration
 	Debug            bool
 }
 
@@ -104,6 +105,7 @@ func serveMain() int {
 		UID: uint32(os.Getuid()), GID: uint32(os.Getgid()),
 		AttrTTL: c.AttrTTL, EntryTTL: c.EntryTTL, MetaCacheTTL: c.MetaTTL, LeaderCacheTTL: c.LeaderCacheTTL,
 		Access: Access{ReadOnly: c.ReadOnly}, MaxDirRename: c.MaxDirRename, StreamStaging: c.StreamStaging, Logger: log, Debug: c.Debug,
+		AttrWriteback: c.AttrWriteback,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serve: mount:", err)

@@ -34,7 +34,10 @@ type metrics struct {
 	// deleteFailures counts acknowledged deletes that could not be
 	// stored (deletewb.go).
 	deleteFailures prometheus.Counter
-	collectors     []prometheus.Collector
+	// refusedDrops counts files whose held changes the fence refused for
+	// good and the mount dropped (held.go).
+	refusedDrops prometheus.Counter
+	collectors   []prometheus.Collector
 }
 
 // gauges are what the metrics read of the mount when they are scraped.
@@ -87,9 +90,14 @@ func newMetrics(g gauges) *metrics {
 		Namespace: "fencefs", Subsystem: "fuse", Name: "delete_failures_total",
 		Help: "Deletes unlink acknowledged that could not be stored (fenced, the object changed, or the storage failed): the name shows the object again and the directory's next fsync fails.",
 	})
+	m.refusedDrops = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fencefs", Subsystem: "fuse", Name: "refused_changes_dropped_total",
+		Help: "Files whose uncommitted changes were refused by the fence (fenced, or made under a binding another holder's epoch superseded) and dropped: the close or write that met them failed with EROFS.",
+	})
 	m.collectors = []prometheus.Collector{
 		m.errs,
 		m.deleteFailures,
+		m.refusedDrops,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencefs", Subsystem: "fuse", Name: "deletes_pending",
 			Help: "Deletes unlink acknowledged that are queued or in flight (in the bucket once fsync of their directory, its rmdir or unmount returns).",

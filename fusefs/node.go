@@ -132,6 +132,9 @@ type nodeBase struct {
 	// attrPending: attr holds a chmod/chown/utimens not stored yet
 	// (attrwb.go); info is still the stored version. GUARDED_BY(mu)
 	attrPending bool
+	// attrBind is the binding the pending change was made under
+	// (held.go). GUARDED_BY(mu)
+	attrBind fencing.Binding
 }
 
 func (b *nodeBase) init(fsys *filesystem, ino *fs.Inode, kind uint32, info objstore.ObjectInfo) {

@@ -24,6 +24,7 @@ import (
 type Guard interface {
 	Bind(ctx context.Context, token uint64) (uint64, error)
 	Status() fencing.Status
+	Binding() fencing.Binding
 	Changed() <-chan struct{}
 	Tombstones() fencing.TombstoneStatus
 	Admit(op string) (fencing.Status, error)
@@ -132,6 +133,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the filesystem's metrics; nil means none.
 	Registerer prometheus.Registerer
+	// BeforeReleaseCommit, for tests, is called in a file's last release
+	// once it decided it is the last, before it looks for changes to store
+	// (fencing.Hooks.BeforeReleaseCommit); nil does nothing.
+	BeforeReleaseCommit func(ctx context.Context, key string)
 }
 
 // Access is who may do what on a mount: the mount options ro, allow_other

@@ -51,6 +51,9 @@ func fusefsOptions(cfg *config.Config, store objstore.Store, guard *fencing.Guar
 	if guard != nil {
 		o.Guard = guard
 	}
+	if hooks, err := fencing.FailpointsFromEnv(); err == nil {
+		o.BeforeReleaseCommit = hooks.BeforeReleaseCommit // newGuard reported a bad value
+	}
 	// Known from the probe (writable mounts); a read-only mount lists
 	// without READDIRPLUS (its listings still answer each stat).
 	o.ListingsCarryMetadata = caps != nil && caps.Has(objstore.CheckListMetadata)
