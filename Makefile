@@ -22,7 +22,7 @@ TEST_SHARDS ?= 3
 PKGS ?= ./...
 DURATION ?= 10m
 
-.PHONY: all build man run test deps servers lint bench torture clean pjdfstest deb
+.PHONY: all build man run test deps fuse servers lint bench torture clean pjdfstest deb
 
 all: build
 
@@ -95,16 +95,8 @@ $(BIN)/promtool:
 ## deps: what the tests need from the system (fuse3 for fusermount3, Debian's ZooKeeper for the
 ## `fencefs run --zookeeper` tests), plus the gateway, MinIO, etcd, kube-apiserver and promtool,
 ## built side by side (MinIO and kube-apiserver take minutes the first time)
-deps:
+deps: fuse
 	@$(MAKE) --no-print-directory -j4 --output-sync=line servers
-	@if ! command -v fusermount3 >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing fuse3 (fusermount3) with apt-get"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3; \
-	  else \
-	    echo "fusermount3 is missing: install the fuse3 package (as root: apt-get install fuse3)"; \
-	  fi; \
-	fi
 	@if [ ! -e /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing zookeeper (and a Java runtime) with apt-get"; \
@@ -114,11 +106,27 @@ deps:
 	  fi; \
 	fi
 
+## fuse: Debian's fuse3 (fusermount3, which every mount needs), installed with apt-get when
+## missing and run as root; otherwise it says what to install
+fuse:
+	@if ! command -v fusermount3 >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing fuse3 (fusermount3) with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3; \
+	  else \
+	    echo "fusermount3 is missing: install the fuse3 package (as root: apt-get install fuse3)"; \
+	  fi; \
+	fi
+
 servers: $(BIN)/versitygw $(BIN)/minio $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/promtool
 
-## run: build, start a local S3 server, show a takeover with two mounts (./mnt, ./mnt-b), leave them up (Ctrl-C stops all)
-run: build $(BIN)/versitygw
-	@command -v fusermount3 >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
+## run: start a local S3 server, show a takeover with two mounts (./mnt, ./mnt-b), leave them up
+## (Ctrl-C stops all). It needs only fuse3, bin/fencefs, the demo driver and the gateway: not
+## `make deps` (MinIO, kube-apiserver, etcd, ZooKeeper are for the tests), nor the failpoints build.
+run: fuse $(BIN)/versitygw
+	@command -v fusermount3 >/dev/null 2>&1 || { echo "make run needs fusermount3: apt-get install fuse3 (as root)"; exit 1; }
+	$(GO) build $(BUILDFLAGS) -o $(BIN)/fencefs ./cmd/fencefs
+	$(GO) build $(BUILDFLAGS) -o $(BIN)/fencefs-demo ./integration/demo
 	$(BIN)/fencefs-demo --bin $(BIN)/fencefs --gateway $(BIN)/versitygw --state .run --mountpoint mnt
 
 ## test: install what is missing, then run every unit and end-to-end test (`go test $(PKGS)`,

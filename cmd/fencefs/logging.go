@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/fencefs/fencefs/config"
 )
@@ -42,9 +44,15 @@ func redact(s string) string {
 
 // redactWriter redacts secrets from everything written through it. slog
 // handlers write one record per Write call, so a secret is never split.
+//
+// Once w fails with EPIPE (the log is stderr and its reader is gone: see
+// surviveClosedOutput) every later record is dropped: a pipe never comes
+// back, and a mount keeps serving without its log rather than failing or
+// retrying. A log file (--log-file) is not a pipe and never stops.
 type redactWriter struct {
-	mu sync.Mutex
-	w  io.Writer // GUARDED_BY(mu)
+	mu   sync.Mutex
+	w    io.Writer // GUARDED_BY(mu)
+	gone bool      // GUARDED_BY(mu): w's reader went away; records are dropped
 }
 
 func (r *redactWriter) Write(p []byte) (int, error) {
@@ -63,7 +71,14 @@ func (r *redactWriter) Write(p []byte) (int, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.gone {
+		return len(p), nil
+	}
 	if _, err := r.w.Write(out); err != nil {
+		if errors.Is(err, syscall.EPIPE) {
+			r.gone = true
+			return len(p), nil
+		}
 		return 0, err
 	}
 	return len(p), nil

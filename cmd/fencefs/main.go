@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/fencefs/fencefs/config"
 	"github.com/spf13/cobra"
@@ -49,7 +51,25 @@ type exitError struct {
 func (e exitError) Error() string { return e.msg }
 
 func main() {
+	surviveClosedOutput()
 	os.Exit(run(os.Args))
+}
+
+// surviveClosedOutput keeps the process alive when the reader of its
+// standard output or error goes away (`fencefs mount -f | tee log`, then
+// Ctrl-C ends tee): Go kills a program whose write to fd 1 or 2 fails with
+// EPIPE unless SIGPIPE is notified. A mount must not die with its log pipe
+// (its kernel mount would be left answering ENOTCONN), nor `fencefs run`
+// (its command would lose its supervisor and the lease would stay held);
+// they stop only on SIGTERM, SIGINT or an unmount. Such writes now fail
+// with EPIPE, and the logger drops them (redactWriter).
+//
+// Notify, not signal.Ignore: an ignored signal stays ignored across exec,
+// and the commands fencefs starts (run's COMMAND, fusermount3) must get
+// the default SIGPIPE. Nobody reads the channel; the signal package never
+// blocks on it.
+func surviveClosedOutput() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }
 
 // run executes the command line and returns the exit status. It prints

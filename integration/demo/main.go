@@ -68,6 +68,14 @@ func main() {
 func run(o options) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	// `make run | tee run.log`, then Ctrl-C: tee exits with the terminal's
+	// SIGINT, and the demo's next line ("stopping: …") would raise SIGPIPE,
+	// which kills a Go program writing to fd 1 or 2 unless it handles it;
+	// the mounts would die with it (Pdeathsig) and leave both mountpoints
+	// answering ENOTCONN. Handled, such writes just fail, and the demo
+	// still unmounts both and stops the gateway. Notify, not Ignore: the
+	// processes it starts must get the default SIGPIPE.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	for _, p := range []*string{&o.bin, &o.gateway, &o.state, &o.mnt} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
