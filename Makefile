@@ -180,3 +180,19 @@ deb: build
 clean:
 	rm -rf $(BIN) .run
 	$(GO) clean -testcache
+
+## history: the history checker (integration/history, docs/HISTORY.md) for DURATION on each
+## SERVER (gateway, minio, minio4; a comma-separated list), against FENCEFS_BIN (give
+## FENCEFS_BIN=path on the command line to check another build); ends with one line per
+## server: operations, files, faults of each kind, anomalies. Failing histories are saved
+## under integration/history/testdata/out (or HISTORY_DIR).
+.PHONY: history
+SERVER ?= gateway
+HISTORY_DIR ?=
+history: $(BIN)/versitygw $(BIN)/minio
+	@if [ "$(FENCEFS_BIN)" = "$(CURDIR)/$(BIN)/fencefs" ]; then $(GO) build $(BUILDFLAGS) -o $(BIN)/fencefs ./cmd/fencefs; fi
+	@sum="$$(mktemp)"; \
+	FENCEFS_HISTORY_DURATION=$(DURATION) FENCEFS_HISTORY_SERVERS=$(SERVER) FENCEFS_HISTORY_SUMMARY="$$sum" \
+	  $(if $(HISTORY_DIR),FENCEFS_HISTORY_DIR=$(HISTORY_DIR)) \
+	  $(GO) test -run '^TestHistory$$' -timeout 0 -v ./integration/history/; status=$$?; \
+	cat "$$sum"; rm -f "$$sum"; exit $$status
