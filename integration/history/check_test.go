@@ -158,6 +158,8 @@ func TestDecideReadsTheFirstStoreCall(t *testing.T) {
 		{"dup", []Step{{Call: "open"}, {Call: "write"}, {Call: "dup"}, {Call: "close", Errno: "EIO"}, {Call: "close-dup"}}, OK},
 		{"fsync", []Step{{Call: "open"}, {Call: "write"}, {Call: "fsync", Errno: "EIO"}, {Call: "close", Errno: "EROFS"}}, Unknown},
 		{"plain", []Step{{Call: "open", Errno: "EROFS"}}, Failed},
+		{"plain", []Step{{Call: "open"}, {Call: "write", Errno: "EROFS"}, {Call: "close"}}, Failed},
+		{"plain", []Step{{Call: "open"}, {Call: "write", Errno: "EIO"}, {Call: "close", T: 5}}, OK},
 		{"rename", []Step{{Call: "open"}, {Call: "write"}, {Call: "close"}, {Call: "rename", Errno: "EIO"}}, Unknown},
 	} {
 		if got, _, _ := decide(KWrite, c.flavor, c.steps); got != c.want {

@@ -428,6 +428,11 @@ func decide(kind Kind, flavor string, steps []Step) (Outcome, string, int64) {
 		switch {
 		case s.Call == "open" && s.Errno != "":
 			return Failed, s.Errno, 0
+		case s.Call == "write" && definitive(s.Errno):
+			// The application was told the write failed: nothing of it
+			// may land, whatever the close says (a fenced mount's close
+			// has nothing left to store and returns 0).
+			return Failed, "write " + s.Errno, 0
 		case s.Call == "unlink" && s.Errno != "":
 			if definitive(s.Errno) {
 				return Failed, s.Errno, 0
