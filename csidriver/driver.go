@@ -133,11 +133,17 @@ func socketPath(endpoint string) (string, bool) {
 // Serve answers CSI calls on ln until ctx ends, then stops the server
 // (calls in progress are given stopGrace). The volumes stay mounted.
 func (d *Driver) Serve(ctx context.Context, ln net.Listener) error {
-	srv := grpc.NewServer(grpc.UnaryInterceptor(d.logCall))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(logCalls(d.log)))
 	csi.RegisterIdentityServer(srv, d)
 	csi.RegisterNodeServer(srv, d)
 	d.log.Info("serving", "driver", Name, "version", d.opts.Version, "node_id", d.opts.NodeID,
 		"endpoint", ln.Addr().String(), "mounter", d.opts.MounterSocket, "volumes", d.count())
+	return serveGRPC(ctx, srv, ln)
+}
+
+// serveGRPC serves srv on ln until ctx ends, then stops it (calls in
+// progress are given stopGrace).
+func serveGRPC(ctx context.Context, srv *grpc.Server, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -164,27 +170,33 @@ func (d *Driver) count() int {
 	return len(d.vols)
 }
 
-// logCall logs every call once: its method, volume and target, how long it
-// took and its error. Requests are never logged whole: they carry secrets.
-func (d *Driver) logCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	start := time.Now()
-	resp, err := h(ctx, req)
-	attrs := []any{"method", strings.TrimPrefix(info.FullMethod, "/csi.v1."), "took", time.Since(start).Round(time.Millisecond)}
-	if r, ok := req.(interface{ GetVolumeId() string }); ok && r.GetVolumeId() != "" {
-		attrs = append(attrs, "volume_id", r.GetVolumeId())
+// logCalls logs every call once: its method, volume, name and target,
+// how long it took and its error. Requests are never logged whole: they
+// carry secrets.
+func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := h(ctx, req)
+		attrs := []any{"method", strings.TrimPrefix(info.FullMethod, "/csi.v1."), "took", time.Since(start).Round(time.Millisecond)}
+		if r, ok := req.(interface{ GetVolumeId() string }); ok && r.GetVolumeId() != "" {
+			attrs = append(attrs, "volume_id", r.GetVolumeId())
+		}
+		if r, ok := req.(interface{ GetName() string }); ok && r.GetName() != "" {
+			attrs = append(attrs, "name", r.GetName())
+		}
+		if r, ok := req.(interface{ GetTargetPath() string }); ok && r.GetTargetPath() != "" {
+			attrs = append(attrs, "target", r.GetTargetPath())
+		}
+		switch {
+		case err != nil:
+			log.Warn("call failed", append(attrs, "code", status.Code(err).String(), "err", status.Convert(err).Message())...)
+		case strings.Contains(info.FullMethod, "Publish"), strings.Contains(info.FullMethod, "Volume") && strings.Contains(info.FullMethod, "Controller/"):
+			log.Info("call", attrs...)
+		default:
+			log.Debug("call", attrs...)
+		}
+		return resp, err
 	}
-	if r, ok := req.(interface{ GetTargetPath() string }); ok && r.GetTargetPath() != "" {
-		attrs = append(attrs, "target", r.GetTargetPath())
-	}
-	switch {
-	case err != nil:
-		d.log.Warn("call failed", append(attrs, "code", status.Code(err).String(), "err", status.Convert(err).Message())...)
-	case strings.Contains(info.FullMethod, "Publish"):
-		d.log.Info("call", attrs...)
-	default:
-		d.log.Debug("call", attrs...)
-	}
-	return resp, err
 }
 
 // volume returns the record of target (nil when none).

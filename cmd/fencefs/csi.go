@@ -22,6 +22,18 @@ type csiOptions struct {
 	endpoint string
 	nodeID   string
 	mounter  string
+	// controller serves the Controller service instead of the Node
+	// service, with the volumes on the S3 server s3.
+	controller bool
+	s3         csiS3
+}
+
+// csiS3 is the S3 server of the volumes the controller provisions.
+type csiS3 struct {
+	endpoint  string
+	region    string
+	pathStyle bool
+	caFile    string
 }
 
 // csiShared are the flags the driver and its mounter share: the state and
@@ -74,13 +86,26 @@ mount's cache directory and its log); restarted, it adopts the mounts it
 finds there and the fencefs mounts under --kubelet-dir. SIGTERM or SIGINT
 stop the server; the mounts stay.
 
+With --controller, it serves the Identity and Controller services instead
+(beside the external-provisioner, in a Deployment): CreateVolume makes a
+prefix of the StorageClass's bucket on the S3 server of --s3-endpoint,
+with a fence domain of its own; DeleteVolume removes it or keeps it, as the
+StorageClass's onDelete parameter says. Credentials come from each
+request's secret (the StorageClass's provisioner secret), else from the
+controller's environment (AWS_ACCESS_KEY_ID …, or web identity:
+AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN).
+
 With --mounter-socket, the driver does not start the mount processes: it
 asks "fencefs csi mounter", the main process of another container of the
 same pod, to mount and unmount, so that a restart of the driver's
 container leaves the mounts serving. See docs/CSI.md.`,
 		Example: `  # In the node DaemonSet (deploy/kubernetes/node.yaml), beside the mounter:
   fencefs csi --endpoint unix:///csi/csi.sock --node-id "$NODE_NAME" \
-    --mounter-socket /run/fencefs-csi/mounter.sock`,
+    --mounter-socket /run/fencefs-csi/mounter.sock
+
+  # In the controller Deployment (deploy/kubernetes/controller.yaml):
+  fencefs csi --controller --endpoint unix:///csi/csi.sock \
+    --s3-endpoint https://minio.example:9000 --s3-path-style`,
 		// No arguments; one is an unknown subcommand (fencefs csi mountr).
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -97,11 +122,22 @@ container leaves the mounts serving. See docs/CSI.md.`,
 	o.flags(f, "directory of the volumes' records, caches and logs (must outlive the driver: a hostPath)",
 		"kubelet's directory: fencefs mounts below it are adopted after a restart even without a record")
 	f.StringVar(&o.mounter, "mounter-socket", "", `unix socket of "fencefs csi mounter", which then mounts and unmounts the volumes (default: the driver mounts them itself)`)
+	f.BoolVar(&o.controller, "controller", false, "serve the Controller service (CreateVolume, DeleteVolume: a prefix of a bucket per volume) instead of the Node service")
+	f.StringVar(&o.s3.endpoint, "s3-endpoint", "", "with --controller: URL of the S3 server of the volumes (required)")
+	f.StringVar(&o.s3.region, "s3-region", "", "with --controller: region of the S3 server (default: us-east-1)")
+	f.BoolVar(&o.s3.pathStyle, "s3-path-style", false, "with --controller: path-style requests (MinIO, the Versity gateway)")
+	f.StringVar(&o.s3.caFile, "s3-ca-file", "", "with --controller: PEM bundle of CAs trusted for the S3 server, in the controller's container")
 	return cmd
 }
 
 // runCSI serves the driver until SIGTERM or SIGINT.
 func runCSI(o csiOptions) error {
+	if o.controller {
+		return runCSIController(o)
+	}
+	if o.s3 != (csiS3{}) {
+		return usageErrorf("--s3-endpoint, --s3-region, --s3-path-style and --s3-ca-file are the controller's (--controller): a volume's node mount takes them from its attributes")
+	}
 	if o.nodeID == "" {
 		return usageErrorf("--node-id is required (the node's name; in the DaemonSet, spec.nodeName)")
 	}
@@ -131,6 +167,34 @@ func runCSI(o csiOptions) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return d.Serve(ctx, ln)
+}
+
+// runCSIController serves the Controller service until SIGTERM or SIGINT.
+func runCSIController(o csiOptions) error {
+	switch {
+	case o.nodeID != "" || o.mounter != "":
+		return usageErrorf("--node-id and --mounter-socket are the node driver's: --controller serves the Controller service only")
+	case o.s3.endpoint == "":
+		return usageErrorf("--s3-endpoint is required with --controller (the S3 server of the volumes)")
+	}
+	log, closeLog, err := o.logger()
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	c, err := csidriver.NewController(csidriver.ControllerOptions{Endpoint: o.s3.endpoint, Region: o.s3.region,
+		PathStyle: o.s3.pathStyle, CAFile: o.s3.caFile, WebIdentityTokenFile: os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"),
+		RoleARN: os.Getenv("AWS_ROLE_ARN"), Version: versionString(), Logger: log})
+	if err != nil {
+		return usageError{err}
+	}
+	ln, err := csidriver.Listen(o.endpoint)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return c.Serve(ctx, ln)
 }
 
 // csiMounterOptions are the flags of `fencefs csi mounter`.
