@@ -158,7 +158,8 @@ var boundSpecs = []boundSpec{
 		seconds: func(cfg config, _ *tarball, c calibration) float64 { return float64(cfg.ShellFiles) * (c.Get + c.Put) },
 		ops:     func(cfg config, _ *tarball) int { return cfg.ShellFiles },
 	},
-	mvBound(mMv), mvBound(mMvDurable), rmrfBound(mRmrf), rmrfBound(mRmrfDurable),
+	mvBound(mMv), mvBound(mMvDurable), rmrfBound(mRmrf, rmrfFiles), rmrfBound(mRmrfDurable, rmrfFiles),
+	rmrfBound(mRmrfRenamed, shellFiles), rmrfBound(mRmrfRenamedDurable, shellFiles),
 	{
 		key:     mTar,
 		rtts:    func(_ config, tb *tarball) string { return fmt.Sprintf("%d × PUT", tarEntries(tb)) },
@@ -207,16 +208,19 @@ func mvBound(key string) boundSpec {
 	}
 }
 
-// rmrfBound is the bound of rm -rf's rate under key: a DELETE per file,
-// and one of the directory's marker.
-func rmrfBound(key string) boundSpec {
+// rmrfBound is the bound of rm -rf's rate under key: a DELETE per file
+// (files(cfg) of them), and one of the directory's marker.
+func rmrfBound(key string, files func(config) int) boundSpec {
 	return boundSpec{
 		key:     key,
-		rtts:    func(cfg config, _ *tarball) string { return fmt.Sprintf("%d × DELETE", rmrfFiles(cfg)+1) },
-		seconds: func(cfg config, _ *tarball, c calibration) float64 { return float64(rmrfFiles(cfg)+1) * c.Delete },
-		ops:     func(cfg config, _ *tarball) int { return rmrfFiles(cfg) },
+		rtts:    func(cfg config, _ *tarball) string { return fmt.Sprintf("%d × DELETE", files(cfg)+1) },
+		seconds: func(cfg config, _ *tarball, c calibration) float64 { return float64(files(cfg)+1) * c.Delete },
+		ops:     func(cfg config, _ *tarball) int { return files(cfg) },
 	}
 }
+
+// shellFiles is the number of files a bash redirect loop writes.
+func shellFiles(cfg config) int { return cfg.ShellFiles }
 
 // workloadSeconds turns a legacy metric's value into the seconds one run
 // took: rates are operations per second, the others seconds already.

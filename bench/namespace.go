@@ -104,6 +104,39 @@ func (w *workloads) rmrf(ctx context.Context) error {
 		dirs: []string{path.Dir(loopDir)}, pending: w.rmrfPending})
 }
 
+// renamedDir is the directory of rmrfRenamed.
+const renamedDir = "rr"
+
+// rmrfRenamed is the rm -rf an application's cleanup makes: the bash loop
+// writes ShellFiles files into a directory of their own, MvFiles of them
+// are renamed in place (mv rr/f$i rr/r$i; on a store whose DELETE ignores
+// If-Match a strict rename leaves a tombstone at the old name), then the
+// whole directory is removed with rm -rf, which alone is timed. Unlike
+// rmrf, every file the directory had is removed, renamed ones included.
+func (w *workloads) rmrfRenamed(ctx context.Context) error {
+	cfg := w.env.cfg
+	if err := w.in.driver.Mkdir(ctx, renamedDir); err != nil {
+		return err
+	}
+	if err := w.shell().RedirectLoop(ctx, renamedDir, cfg.ShellFiles); err != nil {
+		return err
+	}
+	if err := w.shell().RenameLoop(ctx, renamedDir, min(cfg.MvFiles, cfg.ShellFiles)); err != nil {
+		return err
+	}
+	w.env.settle()
+	w.markStart(ctx)
+	d, err := timed(func() error { return w.shell().RemoveTree(ctx, renamedDir) })
+	if err != nil {
+		return err
+	}
+	return w.namespaceDone(ctx, nsRun{ack: mRmrfRenamed, durable: mRmrfRenamedDurable, ops: cfg.ShellFiles, took: d,
+		dirs: []string{path.Dir(renamedDir)}, pending: func(ctx context.Context) (int, error) {
+			live, err := w.liveObjects(ctx, renamedDir+"/")
+			return len(live), err
+		}})
+}
+
 // unknownFiles returns an error when one of the phases that made the
 // redirect loop's directory what it is failed in this run: how many
 // files it holds is then unknown, and so would be a rate.
@@ -292,6 +325,11 @@ func (d *fsDriver) MoveLoop(ctx context.Context, from, to string, n int) error {
 	return d.sh(ctx, "bash mv loop", nil, `set -e; for ((i=0; i<$3; i++)); do mv "$1/f$i" "$2/f$i"; done`, from, to, fmt.Sprint(n))
 }
 
+// RenameLoop implements shellDriver: a bash loop of mv in one directory.
+func (d *fsDriver) RenameLoop(ctx context.Context, dir string, n int) error {
+	return d.sh(ctx, "bash mv loop in place", nil, `set -e; for ((i=0; i<$2; i++)); do mv "$1/f$i" "$1/r$i"; done`, dir, fmt.Sprint(n))
+}
+
 // RemoveTree implements shellDriver: rm -rf.
 func (d *fsDriver) RemoveTree(ctx context.Context, dir string) error {
 	return d.sh(ctx, "rm -rf", nil, `rm -rf "$1"`, dir)
@@ -336,6 +374,16 @@ func fsyncDir(p string) error {
 func (d *s3Driver) MoveLoop(ctx context.Context, from, to string, n int) error {
 	for i := 0; i < n; i++ {
 		if err := d.Rename(ctx, fmt.Sprintf("%s/f%d", from, i), fmt.Sprintf("%s/f%d", to, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RenameLoop implements shellDriver: a Rename per file.
+func (d *s3Driver) RenameLoop(ctx context.Context, dir string, n int) error {
+	for i := 0; i < n; i++ {
+		if err := d.Rename(ctx, fmt.Sprintf("%s/f%d", dir, i), fmt.Sprintf("%s/r%d", dir, i)); err != nil {
 			return err
 		}
 	}

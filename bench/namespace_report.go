@@ -8,7 +8,7 @@ import (
 // durableOf maps the durable rate of each namespace workload to its
 // acknowledged rate: the key of the phase that measured both, of its S3
 // requests, and of its nsState.
-var durableOf = map[string]string{mMvDurable: mMv, mRmrfDurable: mRmrf}
+var durableOf = map[string]string{mMvDurable: mMv, mRmrfDurable: mRmrf, mRmrfRenamedDurable: mRmrfRenamed}
 
 // phaseKey is the key of the phase that measured metric key.
 func phaseKey(key string) string {

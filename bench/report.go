@@ -32,6 +32,7 @@ func metricDefs(cfg config) []metricDef {
 		{mUnlink, "unlink", "ops/s", true, true},
 		{mRename, "rename file", "ops/s", true, true},
 		{mRenameDir, fmt.Sprintf("rename dir (%d files)", cfg.DirFiles), "s", false, true},
+		{mReadBack, "read back " + sizeString(cfg.LargeSize) + " just written, after drop_caches", "MiB/s", true, true},
 		{mMount, "mount", "s", false, false},
 		{mRSSWrite, "peak RSS, seq write", "MiB", false, false},
 		{mStageWrite, "peak staging, seq write", "MiB", false, false},
@@ -131,6 +132,9 @@ var goals = []goal{
 	{desc: "peak staging writing the large file ≤ 256 MiB (strict)", target: "fencefs-strict", metric: mStageWrite, limit: 256},
 	{desc: "strict overhead on large writes ≤ 5% vs off", target: "fencefs-strict", metric: mSeqWrite, ref: "fencefs-off", factor: 0.95},
 	{desc: "strict overhead on large reads ≤ 5% vs off", target: "fencefs-strict", metric: mSeqRead, ref: "fencefs-off", factor: 0.95},
+	// Issue 41: a leader reading back what it just wrote.
+	{desc: "read back strict ≥ 0.9× off", target: "fencefs-strict", metric: mReadBack, ref: "fencefs-off", factor: 0.9},
+	{desc: "read back strict ≥ 1× geesefs", target: "fencefs-strict", metric: mReadBack, ref: geesefsName, factor: 1},
 }
 
 // evaluate returns the measured value (a ratio, or the value for a limit)

@@ -8,13 +8,13 @@ import (
 
 // basicWorkloads are the file and directory operations, in the order they
 // run: the names accepted by -workloads are their metric keys.
-var basicWorkloads = []string{mSeqRead, mSeqWrite, mCreate, mStat, mReaddir, mRead, mRename, mRenameDir, mUnlink}
+var basicWorkloads = []string{mSeqRead, mSeqWrite, mReadBack, mCreate, mStat, mReaddir, mRead, mRename, mRenameDir, mUnlink}
 
 // legacyWorkloads are the workloads run as a legacy program does them
 // (bash, mv, rm, tar, ls, find), in the order they run. mv and rm -rf
 // work on the redirect loop's directory; lsl and find run on a second
 // mount of a bucket shared by every target (see legacy.go).
-var legacyWorkloads = []string{wRedirect, wAppend, wMv, wRmrf, wTar, wParallel, wLsl, wFind}
+var legacyWorkloads = []string{wRedirect, wAppend, wMv, wRmrf, wRmrfRenamed, wTar, wParallel, wLsl, wFind}
 
 // workloadGroups are the names that stand for several workloads.
 var workloadGroups = map[string][]string{

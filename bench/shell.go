@@ -24,10 +24,13 @@ const (
 	wAppend   = "append"
 	wMv       = "mv"
 	wRmrf     = "rmrf"
-	wTar      = "tar"
-	wParallel = "parallel"
-	wLsl      = "lsl"
-	wFind     = "find"
+	// wRmrfRenamed: rm -rf of a whole directory the bash loop wrote,
+	// some of its files renamed in place first (issue 41 §2)
+	wRmrfRenamed = "rmrf_renamed"
+	wTar         = "tar"
+	wParallel    = "parallel"
+	wLsl         = "lsl"
+	wFind        = "find"
 )
 
 // Metric keys of the legacy workloads; see legacyDefs for titles and units.
@@ -41,13 +44,17 @@ const (
 	mMvDurable   = "mv_durable"
 	mRmrf        = "rmrf"
 	mRmrfDurable = "rmrf_durable"
-	mTar         = "tar"      // seconds of one tar x
-	mParallel    = "parallel" // files/s of Shells bash redirect loops at once
-	mLslCold     = "lsl_cold" // seconds of the first ls -l of the big directory
-	mLslWarm     = "lsl_warm" // seconds of the second
-	mFind        = "find"     // seconds of find -type f over FindFiles objects
-	mFindLsl     = "find_lsl" // ls -l of find's 4 directories: peak RSS only
-	mRSSList     = "rss_list" // peak RSS over ls -l and find (MiB)
+	// files/s of rm -rf of a directory of ShellFiles files, MvFiles of
+	// them renamed in it first (namespace.go)
+	mRmrfRenamed        = "rmrf_renamed"
+	mRmrfRenamedDurable = "rmrf_renamed_durable"
+	mTar                = "tar"      // seconds of one tar x
+	mParallel           = "parallel" // files/s of Shells bash redirect loops at once
+	mLslCold            = "lsl_cold" // seconds of the first ls -l of the big directory
+	mLslWarm            = "lsl_warm" // seconds of the second
+	mFind               = "find"     // seconds of find -type f over FindFiles objects
+	mFindLsl            = "find_lsl" // ls -l of find's 4 directories: peak RSS only
+	mRSSList            = "rss_list" // peak RSS over ls -l and find (MiB)
 )
 
 // payload is what the redirect loop writes into file i, appendLine what the
@@ -74,6 +81,8 @@ type shellDriver interface {
 	FindFiles(ctx context.Context, dir string) (int, error)
 	// MoveLoop renames from/f0 … from/f{n-1} to to/f0 … one by one.
 	MoveLoop(ctx context.Context, from, to string, n int) error
+	// RenameLoop renames dir/f0 … dir/f{n-1} to dir/r0 … one by one.
+	RenameLoop(ctx context.Context, dir string, n int) error
 	// RemoveTree removes dir and everything in it.
 	RemoveTree(ctx context.Context, dir string) error
 	// SyncDirs makes what was done in dirs durable the way a program
@@ -99,6 +108,7 @@ func (w *workloads) shellPhases() []phase {
 		{wAppend, mAppend, n, w.appendLoop},
 		{wMv, mMv, cfg.MvFiles, w.mv},
 		{wRmrf, mRmrf, rmrfFiles(cfg), w.rmrf},
+		{wRmrfRenamed, mRmrfRenamed, n, w.rmrfRenamed},
 		{wTar, mTar, entries, w.tarX},
 		{wParallel, mParallel, n * cfg.Shells, w.parallel},
 	}

@@ -14,13 +14,17 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"golang.org/x/sys/unix"
 )
 
 // Metric keys; see metricDefs for titles and units.
 const (
-	mMount     = "mount"
-	mSeqWrite  = "seq_write"
-	mSeqRead   = "seq_read"
+	mMount    = "mount"
+	mSeqWrite = "seq_write"
+	mSeqRead  = "seq_read"
+	// mReadBack: the large file written through the mount, the page
+	// cache dropped, then read back by the same mount (issue 41)
+	mReadBack  = "readback"
 	mSeqClose  = "seq_close"
 	mCreate    = "create"
 	mStat      = "stat"
@@ -39,6 +43,7 @@ const (
 const (
 	largeReadKey  = "large-read.bin"
 	largeWriteKey = "large-write.bin"
+	readBackKey   = "readback.bin"
 	mib           = 1 << 20
 )
 
@@ -203,6 +208,7 @@ func (w *workloads) mainPhases() []phase {
 		phases = []phase{
 			{mSeqRead, mSeqRead, 1, w.seqRead},
 			{mSeqWrite, mSeqWrite, 1, w.seqWrite},
+			{mReadBack, mReadBack, 1, w.readBack},
 			{mCreate, mCreate, len(small), func(ctx context.Context) error { return w.create(ctx, small, smallName) }},
 			{mStat, mStat, len(small), func(ctx context.Context) error { return w.stat(ctx, small, smallName) }},
 			{mReaddir, mReaddir, 1, w.readdir},
@@ -279,7 +285,7 @@ func (w *workloads) runPhases(ctx context.Context, phases []phase, peakKey strin
 		// not touch them). The gateway's CPU per byte written doubles once
 		// a few GiB are resident (measured on this machine), which made
 		// whichever target wrote while memory was fuller look slower.
-		if key := map[string]string{mSeqRead: largeReadKey, mSeqWrite: largeWriteKey}[p.name]; key != "" {
+		if key := map[string]string{mSeqRead: largeReadKey, mSeqWrite: largeWriteKey, mReadBack: readBackKey}[p.name]; key != "" {
 			if rerr := w.env.client.RemoveObject(ctx, w.bucket, key, minio.RemoveObjectOptions{}); rerr != nil {
 				slog.Warn("cannot remove a large object before the next phase", "key", key, "err", rerr)
 			}
@@ -359,6 +365,41 @@ func (w *workloads) seqRead(ctx context.Context) error {
 	}
 	w.m.values[mSeqRead] = float64(n) / mib / d.Seconds()
 	return nil
+}
+
+// readBack writes the large file through the mount (untimed), drops the
+// kernel's page cache, dentries and inodes (what a reader after
+// `echo 3 > /proc/sys/vm/drop_caches` meets), and reads it back to its end
+// through the same mount: a leader reading what it just committed. Only
+// the read is timed; its S3 requests are counted from after the write.
+func (w *workloads) readBack(ctx context.Context) error {
+	if _, err := w.in.driver.WriteLarge(ctx, readBackKey, w.env.large); err != nil {
+		return err
+	}
+	w.checkExists(ctx, readBackKey, w.env.large.size)
+	if err := dropCaches(); err != nil {
+		slog.Warn("cannot drop the page cache before reading back; the read may come from it", "err", err)
+	}
+	w.env.settle()
+	w.markStart(ctx)
+	t0 := time.Now()
+	n, err := w.in.driver.ReadLarge(ctx, readBackKey)
+	d := time.Since(t0)
+	if err != nil {
+		return err
+	}
+	if n != w.env.large.size {
+		return fmt.Errorf("read back %d bytes, want %d", n, w.env.large.size)
+	}
+	w.m.values[mReadBack] = float64(n) / mib / d.Seconds()
+	return nil
+}
+
+// dropCaches writes back dirty pages and drops the kernel's clean page
+// cache, dentries and inodes (needs root).
+func dropCaches() error {
+	unix.Sync()
+	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0)
 }
 
 // seqWrite writes the large file, from open to close, then checks that the
