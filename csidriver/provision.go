@@ -295,3 +295,10 @@ func ancestors(prefix string) []string {
 	}
 	return out
 }
+
+// CheckClassParameters reports whether CreateVolume takes a StorageClass's
+// parameters (nil), else why not, in one line.
+func CheckClassParameters(params map[string]string) error {
+	_, err := parseClassParams(params)
+	return err
+}

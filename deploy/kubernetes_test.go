@@ -154,7 +154,7 @@ func TestKubernetesManifestsPassAServerSideDryRunApply(t *testing.T) {
 			t.Errorf("%s: server-side apply (dry run): %v", m, err)
 		}
 	}
-	for _, want := range []string{"CSIDriver", "DaemonSet", "PersistentVolume", "PersistentVolumeClaim", "StatefulSet", "Role", "RoleBinding", "Secret"} {
+	for _, want := range []string{"CSIDriver", "DaemonSet", "Deployment", "StorageClass", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "PersistentVolumeClaim", "StatefulSet", "Role", "RoleBinding", "Secret"} {
 		if len(kinds(ms, want)) == 0 {
 			t.Errorf("deploy/kubernetes has no %s", want)
 		}
@@ -163,12 +163,14 @@ func TestKubernetesManifestsPassAServerSideDryRunApply(t *testing.T) {
 	// The example's RBAC, stored for real, lets the application's
 	// service account do what fencefs run does with its Lease, and no more.
 	for _, m := range ms {
-		if k := m.obj.GetKind(); k == "Role" || k == "RoleBinding" || k == "ServiceAccount" {
+		if k := m.obj.GetKind(); k == "Role" || k == "RoleBinding" || k == "ServiceAccount" || k == "ClusterRole" || k == "ClusterRoleBinding" {
 			if err := apply(m, nil); err != nil {
 				t.Fatalf("%s: apply: %v", m, err)
 			}
 		}
 	}
+	checkProvisionerRBAC(ctx, t, cs, ms)
+
 	sts := kinds(ms, "StatefulSet")[0].obj
 	ns := sts.GetNamespace()
 	sa, _, _ := unstructured.NestedString(sts.Object, "spec", "template", "spec", "serviceAccountName")
@@ -189,6 +191,57 @@ func TestKubernetesManifestsPassAServerSideDryRunApply(t *testing.T) {
 		}
 		if r.Status.Allowed != tc.allowed {
 			t.Errorf("service account %s/%s may %s lease %q: %v; want %v", ns, sa, tc.verb, tc.name, r.Status.Allowed, tc.allowed)
+		}
+	}
+}
+
+// checkProvisionerRBAC: the controller's service account may do what the
+// external-provisioner does — PersistentVolumes made and deleted for
+// claims, claims updated, its leader's Lease, the provisioner's Secret —
+// and no more: no other Secret, no claim deleted, no pod.
+func checkProvisionerRBAC(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ms []manifest) {
+	t.Helper()
+	dep := kinds(ms, "Deployment")[0].obj
+	ns := dep.GetNamespace()
+	sa, _, _ := unstructured.NestedString(dep.Object, "spec", "template", "spec", "serviceAccountName")
+	var secret string
+	for _, sc := range kinds(ms, "StorageClass") {
+		params, _, _ := unstructured.NestedStringMap(sc.obj.Object, "parameters")
+		if params["csi.storage.k8s.io/provisioner-secret-namespace"] == ns {
+			secret = params["csi.storage.k8s.io/provisioner-secret-name"]
+		}
+	}
+	if secret == "" {
+		t.Fatalf("no StorageClass names a provisioner secret in the controller's namespace %s", ns)
+	}
+	for _, tc := range []struct {
+		verb, group, resource, namespace, name string
+		allowed                                bool
+	}{
+		{"create", "", "persistentvolumes", "", "", true},
+		{"delete", "", "persistentvolumes", "", "pvc-1", true},
+		{"watch", "", "persistentvolumeclaims", "", "", true},
+		{"update", "", "persistentvolumeclaims", "fencefs-example", "provisioned", true},
+		{"list", "storage.k8s.io", "storageclasses", "", "", true},
+		{"create", "", "events", "fencefs-example", "", true},
+		{"update", "coordination.k8s.io", "leases", ns, "csi-fencefs-io", true},
+		{"get", "", "secrets", ns, secret, true},
+		{"get", "", "secrets", ns, "another-secret", false},
+		{"list", "", "secrets", ns, "", false},
+		{"get", "", "secrets", "fencefs-example", "s3-credentials", false},
+		{"delete", "", "persistentvolumeclaims", "fencefs-example", "provisioned", false},
+		{"create", "", "pods", ns, "", false},
+		{"update", "coordination.k8s.io", "leases", "fencefs-example", "example-leader", false},
+	} {
+		r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:" + ns + ":" + sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: tc.namespace, Verb: tc.verb, Group: tc.group, Resource: tc.resource, Name: tc.name},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Allowed != tc.allowed {
+			t.Errorf("service account %s/%s may %s %s %q in %q: %v; want %v", ns, sa, tc.verb, tc.resource, tc.name, tc.namespace, r.Status.Allowed, tc.allowed)
 		}
 	}
 }
@@ -253,6 +306,7 @@ func TestKubernetesManifestsSpeakTheBinarysLanguage(t *testing.T) {
 		{"DaemonSet", "driver", []string{"csi"}},
 		{"DaemonSet", "mounter", []string{"csi", "mounter"}},
 		{"StatefulSet", "app", []string{"run"}},
+		{"Deployment", "controller", []string{"csi"}},
 	} {
 		known := helpFlags(t, bin, tc.command...)
 		obj := kinds(ms, tc.kind)[0].obj
@@ -278,6 +332,16 @@ func TestKubernetesManifestsSpeakTheBinarysLanguage(t *testing.T) {
 	if !strings.Contains(reg, "/plugins/"+csidriver.Name+"/csi.sock") {
 		t.Errorf("the registrar's registration path does not name the driver's directory: %s", reg)
 	}
+	// The controller serves the socket its provisioner calls, with the
+	// flags of the Controller service.
+	dep := kinds(ms, "Deployment")[0].obj
+	cargs := containerArgs(t, dep, "controller")
+	if !slices.Contains(cargs, "--controller") || flagValue(t, cargs, "--s3-endpoint") == "" {
+		t.Errorf("the Deployment's controller is not fencefs csi --controller --s3-endpoint=…: %q", cargs)
+	}
+	if ep, addr := flagValue(t, cargs, "--endpoint"), flagValue(t, containerArgs(t, dep, "csi-provisioner"), "--csi-address"); ep != "unix://"+addr {
+		t.Errorf("the provisioner calls %s; the controller serves %s", addr, ep)
+	}
 	options := map[string]bool{csidriver.AttrBucket: true}
 	for _, s := range config.Settings() {
 		if s.Option != "" {
@@ -301,6 +365,22 @@ func TestKubernetesManifestsSpeakTheBinarysLanguage(t *testing.T) {
 			if !options[k] {
 				t.Errorf("%s: %s is neither %s nor a fencefs -o option", m, k, csidriver.AttrBucket)
 			}
+		}
+	}
+	// A StorageClass's parameters are the controller's, the CO's
+	// (csi.storage.k8s.io/…) or fencefs -o options, and make a volume.
+	for _, m := range kinds(ms, "StorageClass") {
+		if p, _, _ := unstructured.NestedString(m.obj.Object, "provisioner"); p != csidriver.Name {
+			t.Errorf("%s: provisioner %q; want %q", m, p, csidriver.Name)
+		}
+		params, _, _ := unstructured.NestedStringMap(m.obj.Object, "parameters")
+		for k := range params {
+			if !options[k] && k != csidriver.ParamPrefix && k != csidriver.ParamOnDelete && !strings.HasPrefix(k, "csi.storage.k8s.io/") {
+				t.Errorf("%s: parameter %s is neither the controller's nor a fencefs -o option", m, k)
+			}
+		}
+		if err := csidriver.CheckClassParameters(params); err != nil {
+			t.Errorf("%s: the controller refuses its parameters: %v", m, err)
 		}
 	}
 }
