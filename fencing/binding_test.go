@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/fencefs/fencefs/objstore"
 )
 
 func TestFollowsDirectlyOnlyWhenTheRegisterNamedThePreviousBinding(t *testing.T) {
@@ -81,5 +83,87 @@ func TestAChangeHeldAcrossAnotherHoldersEpochIsNeverStored(t *testing.T) {
 	body, _, _, err := readE(ctx, s, "k")
 	if err != nil || body != "after" {
 		t.Fatalf("k = %q, %v; want \"after\"", body, err)
+	}
+}
+
+// TestEveryMutationHeldAcrossAnotherHoldersEpochIsRefused: each of the
+// Guard's mutations, made under a binding that another holder's epoch
+// superseded, is refused although the Guard leads again; the object keeps
+// the newer holder's version.
+func TestEveryMutationHeldAcrossAnotherHoldersEpochIsRefused(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	s := newMem()
+	a := newGuard(t, s, Config{Holder: "A"})
+	b := newGuard(t, s, Config{Holder: "B"})
+	bind(t, ctx, a, 1)
+	if _, err := a.Put(ctx, "src", bytesReader([]byte("src")), 3, Version{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.StartStream(ctx, "streamed", Version{}, nil) // parts uploaded under token 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := st.UploadPart(ctx, 1, bytesReader([]byte("held part")), 0, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := a.Binding()
+	bind(t, ctx, b, 2)
+	for _, k := range []string{"k", "streamed"} {
+		if _, err := b.Put(ctx, k, bytesReader([]byte("B's")), 3, Version{}, nil); err != nil {
+			t.Fatalf("B's write of %s: %v", k, err)
+		}
+	}
+	bind(t, ctx, a, 3)
+	k, _, _, _ := readE(ctx, s, "k")
+	kInfo, err := s.Stat(ctx, "k")
+	if err != nil || k != "B's" {
+		t.Fatalf("k = %q, %v", k, err)
+	}
+	srcInfo, err := s.Stat(ctx, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx := Under(ctx, held)
+	for _, tc := range []struct {
+		name string
+		op   func() error
+	}{
+		{"put", func() error {
+			_, err := a.Put(hctx, "k", bytesReader([]byte("refused")), 7, VersionOf(kInfo), nil)
+			return err
+		}},
+		{"replace", func() error {
+			_, err := a.Replace(hctx, "k", bytesReader([]byte("refused")), 7, Version{ETag: "old"}, nil)
+			return err
+		}},
+		{"create", func() error {
+			_, err := a.Create(hctx, "new", bytesReader([]byte("refused")), 7, nil)
+			return err
+		}},
+		{"delete", func() error { return a.Delete(hctx, "k", VersionOf(kInfo)) }},
+		{"copy", func() error {
+			_, err := a.CopyFrom(hctx, srcInfo, "k", VersionOf(kInfo), nil)
+			return err
+		}},
+		{"a streamed upload's commit", func() error {
+			st.Rebase(VersionOf(kInfo))
+			_, err := a.CommitStream(hctx, st, []objstore.Part{part}, nil)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.op(); !errors.Is(err, ErrFenced) || !errors.Is(err, ErrSuperseded) {
+				t.Fatalf("%s held across B's epoch = %v, want ErrFenced and ErrSuperseded", tc.name, err)
+			}
+		})
+	}
+	for _, key := range []string{"k", "streamed"} {
+		if got, _, _, _ := readE(ctx, s, key); got != "B's" {
+			t.Errorf("%s = %q, want B's version", key, got)
+		}
+	}
+	if _, _, exists, _ := readE(ctx, s, "new"); exists {
+		t.Error("a create held across B's epoch landed")
 	}
 }
