@@ -28,7 +28,7 @@ import (
 // go on reading the closed version, and the new handle's close stores its
 // own.
 func TestALastReleaseNeverPublishesWhatAHandleOpenedAfterItHolds(t *testing.T) {
-	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, func(t *testing.T, gw *gateway.Gateway) {
 		bucket := gateway.NewBucket(t, gw)
 		pause := filepath.Join(t.TempDir(), "pause")
 		a := harness.MountWith(t, gw, bucket, harness.Options{Failpoints: true,
@@ -111,7 +111,7 @@ func TestRewritesUnderLoadNeverShowAnObjectNoCloseProduced(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("FENCEFS_REWRITE_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
-	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, func(t *testing.T, gw *gateway.Gateway) {
 		bucket := gateway.NewBucket(t, gw)
 		a := harness.Mount(t, gw, bucket, "--token", "1", "--holder", "A")
 		busyLoops(t, 2)
@@ -150,7 +150,7 @@ func TestRewritesUnderLoadNeverShowAnObjectNoCloseProduced(t *testing.T) {
 // and a change whose refusal A had not yet met when it led again is refused
 // at its close all the same.
 func TestAWriteRefusedAsStaleNeverLandsAfterAFailback(t *testing.T) {
-	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
+	gateway.ForEachServer(t, gateway.ErasureCodedServers, func(t *testing.T, gw *gateway.Gateway) {
 		bucket := gateway.NewBucket(t, gw)
 		a := harness.Mount(t, gw, bucket, "--token", "1", "--holder", "A")
 		b := harness.Mount(t, gw, bucket, "--holder", "B", "--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s")
