@@ -14,6 +14,9 @@ export FENCEFS_DEMO_BIN := $(CURDIR)/bin/fencefs-demo
 export FENCEFS_ETCD := $(CURDIR)/bin/etcd
 export FENCEFS_KUBE_APISERVER := $(CURDIR)/bin/kube-apiserver
 export FENCEFS_PROMTOOL := $(CURDIR)/bin/promtool
+# Tests and the demo never ask an instance metadata service for credentials: it is a
+# link-local address, not loopback (a mount without keys would try it, as the AWS SDKs do).
+export AWS_EC2_METADATA_DISABLED := true
 # -race on every test process; the fencefs binary mounted by end-to-end tests is a normal build.
 TESTFLAGS ?= -race
 TEST_TIMEOUT ?= 50m
