@@ -23,7 +23,7 @@ func bindMount(t *testing.T, m *testMount, token uint64) {
 }
 
 func TestHeldContentAcrossAnotherHoldersEpochIsRefusedOnceAndNeverStored(t *testing.T) {
-	k := newKT(t, 3*time.Minute)
+	k := newKTAlone(t, 3*time.Minute) // holds descriptors: no fork beside it
 	a := k.mount(serveConfig{Token: 1, Holder: "a"})
 	b := k.mount(serveConfig{Holder: "b", MetaTTL: time.Nanosecond, AttrTTL: time.Nanosecond, EntryTTL: time.Nanosecond})
 	if err := writeClose(a.Path("f"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, "first"); err != nil {
@@ -63,7 +63,7 @@ func TestHeldContentAcrossAnotherHoldersEpochIsRefusedOnceAndNeverStored(t *test
 }
 
 func TestHeldContentAcrossTheMountsOwnNextTokenIsStored(t *testing.T) {
-	k := newKT(t, 3*time.Minute)
+	k := newKTAlone(t, 3*time.Minute) // holds descriptors: no fork beside it
 	a := k.mount(serveConfig{Token: 1, Holder: "a"})
 	fd, err := syscall.Open(a.Path("f"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_CLOEXEC, 0o644)
 	if err != nil {
@@ -82,7 +82,7 @@ func TestHeldContentAcrossTheMountsOwnNextTokenIsStored(t *testing.T) {
 }
 
 func TestHeldAttributeChangeAcrossAnotherHoldersEpochIsNeverStored(t *testing.T) {
-	k := newKT(t, 3*time.Minute)
+	k := newKTAlone(t, 3*time.Minute) // holds descriptors: no fork beside it
 	a := k.mount(serveConfig{Token: 1, Holder: "a", AttrWriteback: time.Hour})
 	b := k.mount(serveConfig{Holder: "b"})
 	if err := writeClose(a.Path("f"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, "x"); err != nil {
