@@ -188,14 +188,23 @@ clean:
 ## SERVER (gateway, minio, minio4; a comma-separated list), against FENCEFS_BIN (give
 ## FENCEFS_BIN=path on the command line to check another build); ends with one line per
 ## server: operations, files, faults of each kind, anomalies. Failing histories are saved
-## under integration/history/testdata/out (or HISTORY_DIR).
+## under integration/history/testdata/out (or HISTORY_DIR). A run's shape: CHURN (processes
+## doing issue 39 §1's round on the leading mount; 1), HOGS (busy loops for the whole run;
+## 0), FAULTS (the nemesis's kinds: move,failback,freeze,cut,kill,raise,hog; all), SKIP
+## (operations the clients leave out, by kind or write flavor: fork,dup,…; none).
 .PHONY: history
 SERVER ?= gateway
 HISTORY_DIR ?=
+CHURN ?=
+HOGS ?=
+FAULTS ?=
+SKIP ?=
 history: $(BIN)/versitygw $(BIN)/minio
 	@if [ "$(FENCEFS_BIN)" = "$(CURDIR)/$(BIN)/fencefs" ]; then $(GO) build $(BUILDFLAGS) -o $(BIN)/fencefs ./cmd/fencefs; fi
 	@sum="$$(mktemp)"; \
 	FENCEFS_HISTORY_DURATION=$(DURATION) FENCEFS_HISTORY_SERVERS=$(SERVER) FENCEFS_HISTORY_SUMMARY="$$sum" \
 	  $(if $(HISTORY_DIR),FENCEFS_HISTORY_DIR=$(HISTORY_DIR)) \
+	  $(if $(CHURN),FENCEFS_HISTORY_CHURN=$(CHURN)) $(if $(HOGS),FENCEFS_HISTORY_HOGS=$(HOGS)) \
+	  $(if $(FAULTS),FENCEFS_HISTORY_FAULTS=$(FAULTS)) $(if $(SKIP),FENCEFS_HISTORY_SKIP=$(SKIP)) \
 	  $(GO) test -run '^TestHistory$$' -timeout 0 -v ./integration/history/; status=$$?; \
 	cat "$$sum"; rm -f "$$sum"; exit $$status

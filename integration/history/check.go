@@ -32,6 +32,9 @@ type Report struct {
 	Checked    int            // operations given to porcupine
 	Weak       int            // mount reads checked only against the invariants
 	Outcomes   map[string]int // "write ok", "write fail EROFS", …
+	Churn      int            // churn rounds (issue 39 §1's round, run.go)
+	ChurnOK    int            // those whose rewrite was acknowledged
+	Peeks      int            // plain S3 reads during a rewrite (churn and peek)
 	Anomalies  []Anomaly
 	Undecided  []string // files porcupine did not decide in time
 	Illegal    []string // files porcupine found not linearizable
@@ -67,6 +70,15 @@ func Check(h *History, timeout time.Duration) *Report {
 				k += " " + op.Errno
 			}
 			r.Outcomes[strings.TrimSpace(k)]++
+		}
+		if op.Kind == KS3Read && op.Flavor == "peek" && op.Errno == "" {
+			r.Peeks++
+		}
+		if op.Kind == KWrite && op.Flavor == "churn" && len(op.Intended) > 0 && strings.Contains(op.Intended, ".2/2 ") {
+			r.Churn++
+			if op.Outcome == OK {
+				r.ChurnOK++
+			}
 		}
 	}
 	p.invariants(r)
@@ -282,6 +294,28 @@ func (p *prepared) invariants(r *Report) {
 			i += n
 		}
 	}
+	// No mutation made under a binding that another holder's bind had
+	// superseded before it was invoked is acknowledged: it cannot have
+	// landed, and the application was told it did (porcupine finds it
+	// too, as a file that cannot be ordered; this names it).
+	for i := range p.h.Ops {
+		op := &p.h.Ops[i]
+		if op.Outcome != OK || (op.Kind != KWrite && op.Kind != KAppend && op.Kind != KDelete) {
+			continue
+		}
+		under := p.under[op.ID]
+		var by *Op
+		for _, b := range under {
+			by = p.supersededBefore(b, op.Invoke)
+			if by == nil {
+				break
+			}
+		}
+		if by != nil && len(under) > 0 {
+			add("fenced-acknowledged", op.File, []int{op.ID, by.ID}, "%s was acknowledged (%s returned 0), yet it was made under token %d of %s, which bind #%d (%d by %s) had superseded before it was invoked: it cannot have landed",
+				describe(op), decidingCall(op), under[0].Token, under[0].Holder, by.ID, by.Token, by.Holder)
+		}
+	}
 	// Epochs never go back within a file (what S3 reads show).
 	byFile := map[string][]*Op{}
 	for _, rd := range p.reads() {
@@ -351,6 +385,27 @@ func (p *prepared) invariants(r *Report) {
 			}
 		}
 	}
+}
+
+// supersededBefore returns a bind by another holder of a newer token that
+// completed before t (nil: none): b's holder was fenced by then.
+func (p *prepared) supersededBefore(b binding, t int64) *Op {
+	for _, x := range p.binds {
+		if x.Outcome == OK && x.Holder != b.Holder && x.Token > b.Token && x.Complete < t {
+			return x
+		}
+	}
+	return nil
+}
+
+// decidingCall names the call that decided op's outcome.
+func decidingCall(op *Op) string {
+	for _, s := range op.Steps {
+		if s.T == op.Decided && s.Errno == "" {
+			return s.Call
+		}
+	}
+	return "the call"
 }
 
 // linearizability runs porcupine over each file's operations.
@@ -515,8 +570,12 @@ func clientID(op *Op) int {
 
 // Summary is the one line a run ends with.
 func (r *Report) Summary(h *History) string {
-	return fmt.Sprintf("history %s: %d operations (%d checked by porcupine, %d mount reads by the invariants only), %d files, faults: %s, anomalies: %d",
-		h.Server, r.Ops, r.Checked, r.Weak, len(h.Files)+len(h.Logs), h.FaultCounts(), len(r.Anomalies))
+	churn := ""
+	if r.Churn > 0 {
+		churn = fmt.Sprintf(", %d churn rounds (%d acknowledged)", r.Churn, r.ChurnOK)
+	}
+	return fmt.Sprintf("history %s: %d operations (%d checked by porcupine, %d mount reads by the invariants only), %d files, %d peeks%s, faults: %s, anomalies: %d",
+		h.Server, r.Ops, r.Checked, r.Weak, len(h.Files)+len(h.Logs), r.Peeks, churn, h.FaultCounts(), len(r.Anomalies))
 }
 
 // Save writes the history, the anomalies and porcupine's visualization

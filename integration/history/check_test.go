@@ -167,3 +167,29 @@ func TestDecideReadsTheFirstStoreCall(t *testing.T) {
 		}
 	}
 }
+
+// A write made on a mount that another holder had fenced before it began,
+// acknowledged by its close (the refusal went to a forked child's FLUSH):
+// named, and not linearizable.
+func TestAFencedWriteAcknowledgedIsNamed(t *testing.T) {
+	b := newHB()
+	b.bind(0, "m0", 1, 0)
+	v1 := b.write(0, "m0", "f#%d.1/1\n", 10, 11, 20, OK, "")
+	b.bind(1, "m1", 2, 30)
+	b.write(0, "m0", "f#%d.1/1\n", 40, 41, 50, OK, "")
+	b.s3read(true, v1, 60, 61)
+	r := Check(&b.h, 0)
+	if k := kinds(r); !strings.Contains(k, "fenced-acknowledged") || !strings.Contains(k, "not-linearizable") {
+		t.Fatalf("anomalies %q, want fenced-acknowledged and not-linearizable: %+v", k, r.Anomalies)
+	}
+	// A failback before the write: its new binding admits it.
+	b = newHB()
+	b.bind(0, "m0", 1, 0)
+	b.bind(1, "m1", 2, 10)
+	b.bind(0, "m0", 3, 20)
+	v := b.write(0, "m0", "f#%d.1/1\n", 40, 41, 50, OK, "")
+	b.s3read(true, v, 60, 61)
+	if r := Check(&b.h, 0); len(r.Anomalies) > 0 {
+		t.Fatalf("anomalies after a failback: %+v", r.Anomalies)
+	}
+}

@@ -59,7 +59,24 @@ func TestHistory(t *testing.T) {
 		}
 		t.Run(string(kind), func(t *testing.T) {
 			start := time.Now()
-			h := Run(t, Config{Kind: kind, Duration: duration})
+			cfg := Config{Kind: kind, Duration: duration, Churn: 1}
+			if n := os.Getenv("FENCEFS_HISTORY_CHURN"); n != "" {
+				if _, err := fmt.Sscan(n, &cfg.Churn); err != nil {
+					t.Fatalf("FENCEFS_HISTORY_CHURN: %v", err)
+				}
+			}
+			if n := os.Getenv("FENCEFS_HISTORY_HOGS"); n != "" {
+				if _, err := fmt.Sscan(n, &cfg.Hogs); err != nil {
+					t.Fatalf("FENCEFS_HISTORY_HOGS: %v", err)
+				}
+			}
+			if f := os.Getenv("FENCEFS_HISTORY_SKIP"); f != "" {
+				cfg.Skip = strings.Split(f, ",")
+			}
+			if f := os.Getenv("FENCEFS_HISTORY_FAULTS"); f != "" {
+				cfg.Faults = strings.Split(f, ",")
+			}
+			h := Run(t, cfg)
 			r := Check(h, checkTimeout(duration))
 			summary := r.Summary(h)
 			t.Logf("%s (run %v, check %v, load %s)", summary, time.Since(start).Round(time.Second), r.CheckTime.Round(time.Millisecond), h.LoadAvg)

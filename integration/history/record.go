@@ -31,6 +31,9 @@ const (
 	KS3Read Kind = "s3read"
 	// KChmod changes the file's mode (an attribute write-back).
 	KChmod Kind = "chmod"
+	// KBatch is a worker command only (never in a history): its Batch of
+	// commands, one after the other.
+	KBatch Kind = "batch"
 	// KBind binds a token: the root xattr of a mount, or `fencefs epoch
 	// raise` (Mount -1).
 	KBind Kind = "bind"

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +45,23 @@ type Config struct {
 	Seed            int64
 	// MountArgs are added to every mount's arguments.
 	MountArgs []string
+	// Churn is the number of churn processes: each does issue 39 §1's
+	// round (write and close A; open O_TRUNC, write B1, read the object
+	// with a plain S3 client, write B2; close) in batches with nothing in
+	// between, always on the mount that leads, on a random file.
+	Churn int
+	// Faults lists the kinds of faults the nemesis injects (move,
+	// failback, freeze, cut, kill, raise, hog); empty: all of them.
+	Faults []string
+	// ChurnRounds is the number of rounds in one churn batch (10).
+	ChurnRounds int
+	// Skip lists operations the clients leave out, by kind or flavor
+	// (write flavors: plain, peek, fsync, dup, fork, rename; kinds:
+	// append, delete, chmod, read, s3read).
+	Skip []string
+	// Hogs is the number of busy-loop processes that run for the whole
+	// run, besides the nemesis's hogs.
+	Hogs int
 }
 
 func (c *Config) defaults() {
@@ -62,6 +80,22 @@ func (c *Config) defaults() {
 	if c.Seed == 0 {
 		c.Seed = time.Now().UnixNano()
 	}
+	if c.ChurnRounds == 0 {
+		c.ChurnRounds = 10
+	}
+}
+
+// allows reports whether the nemesis may inject a fault of kind.
+func (c *Config) allows(kind string) bool {
+	if len(c.Faults) == 0 {
+		return true
+	}
+	for _, k := range c.Faults {
+		if k == kind {
+			return true
+		}
+	}
+	return false
 }
 
 // slot is one mount of the run; a kill -9 replaces its instance.
@@ -107,6 +141,13 @@ type run struct {
 	token  uint64
 	leader int // slot of the last bind, -1 none
 	rng    *rand.Rand
+	// leading mirrors leader for the churn clients.
+	leading atomic.Int32
+}
+
+func (r *run) setLeader(i int) {
+	r.leader = i
+	r.leading.Store(int32(i))
 }
 
 func (r *run) id() int {
@@ -146,7 +187,8 @@ func Run(t *testing.T, cfg Config) *History {
 	cfg.defaults()
 	gw := gateway.ForKind(t, cfg.Kind)
 	r := &run{t: t, cfg: cfg, gw: gw, bucket: gateway.NewBucket(t, gw), locks: map[string]chan struct{}{},
-		stop: make(chan struct{}), leader: -1, rng: rand.New(rand.NewSource(cfg.Seed))}
+		stop: make(chan struct{}), rng: rand.New(rand.NewSource(cfg.Seed))}
+	r.setLeader(-1)
 	for i := 0; i < cfg.Files; i++ {
 		r.files = append(r.files, fmt.Sprintf("f%d", i))
 	}
@@ -179,7 +221,25 @@ func Run(t *testing.T, cfg Config) *History {
 			go func() { defer wg.Done(); r.client(w, rand.New(rand.NewSource(cfg.Seed+int64(w.n)+1))) }()
 		}
 	}
-	hogs := r.nemesis(time.Now().Add(cfg.Duration))
+	for k := 0; k < cfg.Churn; k++ {
+		w, err := r.startWorker(len(workers), nil)
+		if err != nil {
+			t.Fatalf("start churn worker: %v", err)
+		}
+		workers = append(workers, w)
+		wg.Add(1)
+		go func() { defer wg.Done(); r.churn(w, rand.New(rand.NewSource(cfg.Seed+int64(w.n)+1))) }()
+	}
+	var hogs []*exec.Cmd
+	for k := 0; k < cfg.Hogs; k++ {
+		if cmd := startHog(int(cfg.Duration/time.Second) + 1); cmd != nil {
+			hogs = append(hogs, cmd)
+		}
+	}
+	if cfg.Hogs > 0 {
+		r.fault(Fault{Kind: "hog", Target: "cpu", Start: Now(), End: Now() + int64(cfg.Duration), Detail: fmt.Sprintf("%d busy loops for the whole run", cfg.Hogs)})
+	}
+	hogs = append(hogs, r.nemesis(time.Now().Add(cfg.Duration))...)
 	close(r.stop)
 	for _, hog := range hogs {
 		_ = hog.Process.Kill()
@@ -269,6 +329,9 @@ func (r *run) client(w *workerProc, rng *rand.Rand) {
 		default:
 		}
 		kind, flavor := pick(rng)
+		if r.skips(kind, flavor) {
+			continue
+		}
 		file := r.files[rng.Intn(len(r.files))]
 		if kind == KAppend || kind == KRead || kind == KS3Read {
 			file = all[rng.Intn(len(all))]
@@ -301,6 +364,16 @@ func (r *run) client(w *workerProc, rng *rand.Rand) {
 		}
 		time.Sleep(time.Duration(pause) * time.Millisecond)
 	}
+}
+
+// skips reports whether the run leaves out operations of kind and flavor.
+func (r *run) skips(kind Kind, flavor string) bool {
+	for _, k := range r.cfg.Skip {
+		if k == string(kind) || (flavor != "" && k == flavor) {
+			return true
+		}
+	}
+	return false
 }
 
 // lastFailed reports whether w's last operation was refused.
@@ -344,23 +417,44 @@ func pick(rng *rand.Rand) (Kind, string) {
 	return KChmod, ""
 }
 
-// do has the worker carry out one operation and records it; false if the
-// worker is gone.
+// do has the worker carry out one operation on its mount and records it;
+// false if the worker is gone.
 func (r *run) do(w *workerProc, rng *rand.Rand, kind Kind, flavor, file string) bool {
 	w.slot.gate.RLock()
 	defer w.slot.gate.RUnlock()
-	id := r.id()
 	_, holder := w.slot.current()
-	c := Command{ID: id, Kind: kind, Flavor: flavor, Path: filepath.Join(w.slot.dir, file), Dir: w.slot.dir, Key: file}
+	c, op := r.command(w, w.slot, holder, rng, kind, flavor, file)
+	sent := Now()
+	res, ok := r.send(w, c)
+	if !ok {
+		op.Outcome, op.Errno = Unknown, "worker lost"
+		op.Invoke = sent
+		r.record(op)
+		return false
+	}
+	r.result(w, c, op, res)
+	return true
+}
+
+// command builds one operation on slot s (whose instance is holder) and
+// the record it starts.
+func (r *run) command(w *workerProc, s *slot, holder string, rng *rand.Rand, kind Kind, flavor, file string) (Command, Op) {
+	id := r.id()
+	c := Command{ID: id, Kind: kind, Flavor: flavor, Path: filepath.Join(s.dir, file), Dir: s.dir, Key: file}
 	switch kind {
 	case KWrite:
 		n := 1 + rng.Intn(3)
+		if flavor == "churn" {
+			n = 1 // the round's A; its B is made by churn
+		}
 		for i := 0; i < n; i++ {
 			c.Pieces = append(c.Pieces, fmt.Sprintf("%s#%d.%d/%d %s\n", file, id, i+1, n, strings.Repeat("x", rng.Intn(200))))
 		}
-		c.Pause = rng.Intn(20)
+		if flavor != "churn" {
+			c.Pause = rng.Intn(20)
+		}
 		if flavor == "rename" {
-			c.Tmp = filepath.Join(w.slot.dir, fmt.Sprintf("tmp-w%d", w.n))
+			c.Tmp = filepath.Join(s.dir, fmt.Sprintf("tmp-w%d", w.n))
 		}
 		if flavor == "dup" {
 			c.Hold1, c.Hold2 = 100+rng.Intn(2500), 100+rng.Intn(2500)
@@ -373,38 +467,120 @@ func (r *run) do(w *workerProc, rng *rand.Rand, kind Kind, flavor, file string) 
 	case KChmod:
 		c.Mode = []uint32{0o644, 0o600, 0o640}[rng.Intn(3)]
 	}
-	b, _ := json.Marshal(c)
-	if _, err := w.stdin.Write(append(b, '\n')); err != nil {
-		return false
-	}
-	op := Op{ID: id, Process: w.n, Mount: w.slot.i, Holder: holder, Kind: kind, Flavor: flavor, File: file,
+	op := Op{ID: id, Process: w.n, Mount: s.i, Holder: holder, Kind: kind, Flavor: flavor, File: file,
 		Intended: strings.Join(c.Pieces, ""), Mode: c.Mode}
 	if kind == KS3Read {
 		op.Mount, op.Holder = -1, ""
 	}
+	return c, op
+}
+
+// send gives w one command and waits for its answer; false if the worker
+// is gone.
+func (r *run) send(w *workerProc, c Command) (Result, bool) {
 	var res Result
-	if !w.out.Scan() || json.Unmarshal(w.out.Bytes(), &res) != nil {
-		op.Outcome, op.Errno = Unknown, "worker lost"
-		op.Invoke = Now()
-		r.record(op)
-		return false
+	b, _ := json.Marshal(c)
+	if _, err := w.stdin.Write(append(b, '\n')); err != nil {
+		return res, false
 	}
+	if !w.out.Scan() || json.Unmarshal(w.out.Bytes(), &res) != nil {
+		return res, false
+	}
+	return res, true
+}
+
+// result completes op with the worker's answer to c and records it (and
+// its peek).
+func (r *run) result(w *workerProc, c Command, op Op, res Result) {
 	op.Invoke, op.Written, op.Complete, op.Steps = res.Invoke, res.Written, res.Complete, res.Steps
-	op.Value = strings.Join(c.Pieces[:res.Pieces], "")
-	switch kind {
+	op.Value = strings.Join(c.Pieces[:min(res.Pieces, len(c.Pieces))], "")
+	switch op.Kind {
 	case KRead, KS3Read:
 		op.Found, op.Data, op.Epoch, op.Errno = res.Found, res.Data, res.Epoch, res.Err
 	default:
-		op.Outcome, op.Errno, op.Decided = decide(kind, flavor, res.Steps)
+		op.Outcome, op.Errno, op.Decided = decide(op.Kind, op.Flavor, res.Steps)
 	}
 	r.record(op)
 	if res.Peek != nil {
-		p := Op{ID: r.id(), Process: 1000 + w.n, Mount: -1, Kind: KS3Read, Flavor: "peek", File: file,
+		p := Op{ID: r.id(), Process: 1000 + w.n, Mount: -1, Kind: KS3Read, Flavor: "peek", File: op.File,
 			Invoke: res.Peek.Invoke, Complete: res.Peek.Complete, Found: res.Peek.Found, Data: res.Peek.Data,
 			Epoch: res.Peek.Epoch, Errno: res.Peek.Err}
 		r.record(p)
 	}
-	return true
+}
+
+// churn is the driver's loop for a churn worker: batches of issue 39 §1's
+// round on the mount that leads, with nothing between the rounds — a
+// close, at once an O_TRUNC open of the same file, its first piece
+// written, the object read with a plain S3 client (never forked with the
+// file open), the second piece, the close. The previous descriptor's
+// RELEASE may arrive after the next OPEN; a last release that publishes
+// what the new handle staged shows as an empty or half-written object.
+func (r *run) churn(w *workerProc, rng *rand.Rand) {
+	for {
+		select {
+		case <-r.stop:
+			return
+		default:
+		}
+		i := int(r.leading.Load())
+		if i < 0 {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		s := r.slots[i]
+		file := r.files[rng.Intn(len(r.files))]
+		lock := r.locks[fmt.Sprintf("%d/%s", i, file)]
+		select {
+		case lock <- struct{}{}:
+		case <-r.stop:
+			return
+		}
+		ok, refused := r.churnBatch(w, s, rng, file)
+		<-lock
+		if !ok {
+			return
+		}
+		if refused {
+			time.Sleep(time.Duration(20+rng.Intn(50)) * time.Millisecond)
+		}
+	}
+}
+
+// churnBatch does one batch of churn rounds on slot s; ok false if the
+// worker is gone, refused if the last round was refused.
+func (r *run) churnBatch(w *workerProc, s *slot, rng *rand.Rand, file string) (ok, refused bool) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	_, holder := s.current()
+	var cmds []Command
+	var ops []Op
+	for k := 0; k < r.cfg.ChurnRounds; k++ {
+		a, aop := r.command(w, s, holder, rng, KWrite, "churn", file)
+		b, bop := r.command(w, s, holder, rng, KWrite, "churn", file)
+		b.Peek = true
+		b.Pieces = []string{
+			fmt.Sprintf("%s#%d.1/2 %s\n", file, b.ID, strings.Repeat("y", rng.Intn(100))),
+			fmt.Sprintf("%s#%d.2/2 %s\n", file, b.ID, strings.Repeat("z", rng.Intn(100))),
+		}
+		bop.Intended = strings.Join(b.Pieces, "")
+		cmds, ops = append(cmds, a, b), append(ops, aop, bop)
+	}
+	sent := Now()
+	res, ok := r.send(w, Command{ID: r.id(), Kind: KBatch, Batch: cmds})
+	if !ok || len(res.Batch) != len(cmds) {
+		for _, op := range ops {
+			op.Outcome, op.Errno = Unknown, "worker lost"
+			op.Invoke = sent
+			r.record(op)
+		}
+		return false, false
+	}
+	for k := range cmds {
+		r.result(w, cmds[k], ops[k], res.Batch[k])
+	}
+	out, _, _ := decide(KWrite, "churn", res.Batch[len(res.Batch)-1].Steps)
+	return true, out == Failed
 }
 
 // decide reads a mutation's outcome from its system calls: the first call
@@ -488,9 +664,9 @@ func (r *run) bind(i int) bool {
 	}
 	r.record(op)
 	if op.Outcome == OK {
-		r.leader = i
+		r.setLeader(i)
 	} else {
-		r.leader = -1
+		r.setLeader(-1)
 		r.t.Logf("bind of %d on %s: %s %s", r.token, holder, op.Outcome, op.Errno)
 	}
 	return op.Outcome == OK
@@ -516,7 +692,7 @@ func (r *run) raise() {
 		op.Outcome, op.Errno = Unknown, err.Error()
 	}
 	r.record(op)
-	r.leader = -1
+	r.setLeader(-1)
 }
 
 func (r *run) other(not int) int {
@@ -549,10 +725,16 @@ func (r *run) nemesis(deadline time.Time) []*exec.Cmd {
 		start := Now()
 		switch {
 		case n < 28: // leadership moves to another mount
+			if !r.cfg.allows("move") {
+				continue
+			}
 			i := r.other(r.leader)
 			r.bind(i)
 			r.fault(Fault{Kind: "move", Target: holderOf(r.slots[i]), Start: start, End: Now()})
 		case n < 46: // a failback to a mount that holds open descriptors
+			if !r.cfg.allows("failback") {
+				continue
+			}
 			a := r.leader
 			if a < 0 {
 				a = r.rng.Intn(len(r.slots))
@@ -564,6 +746,9 @@ func (r *run) nemesis(deadline time.Time) []*exec.Cmd {
 			r.bind(a)
 			r.fault(Fault{Kind: "failback", Target: holderOf(r.slots[a]), Start: start, End: Now(), Detail: "via " + holderOf(r.slots[b])})
 		case n < 60: // a mount frozen, often the leader, leadership moving meanwhile
+			if !r.cfg.allows("freeze") {
+				continue
+			}
 			i := r.leader
 			if i < 0 || r.rng.Intn(3) == 0 {
 				i = r.rng.Intn(len(r.slots))
@@ -581,6 +766,9 @@ func (r *run) nemesis(deadline time.Time) []*exec.Cmd {
 			_ = fs.Signal(syscall.SIGCONT)
 			r.fault(Fault{Kind: "freeze", Target: holder, Start: start, End: Now(), Detail: detail})
 		case n < 74: // a mount cut from the storage, leadership moving meanwhile
+			if !r.cfg.allows("cut") {
+				continue
+			}
 			i := r.rng.Intn(len(r.slots))
 			r.slots[i].proxy.Cut(r.t)
 			time.Sleep(time.Duration(500+r.rng.Intn(3000)) * time.Millisecond)
@@ -593,25 +781,30 @@ func (r *run) nemesis(deadline time.Time) []*exec.Cmd {
 			r.slots[i].proxy.Heal(r.t)
 			r.fault(Fault{Kind: "cut", Target: holderOf(r.slots[i]), Start: start, End: Now(), Detail: detail})
 		case n < 80: // kill -9 and a restart as a new instance (no token)
+			if !r.cfg.allows("kill") {
+				continue
+			}
 			i := r.rng.Intn(len(r.slots))
 			old := r.restart(i)
 			r.fault(Fault{Kind: "kill", Target: old, Start: start, End: Now(), Detail: "restarted as " + holderOf(r.slots[i])})
 		case n < 85: // an operator's `fencefs epoch raise`
+			if !r.cfg.allows("raise") {
+				continue
+			}
 			r.raise()
 			r.fault(Fault{Kind: "raise", Target: "cli", Start: start, End: Now()})
 		case n < 95: // two busy loops beside everything, for a while
+			if !r.cfg.allows("hog") {
+				continue
+			}
 			if time.Now().Before(hogUntil) {
 				continue
 			}
 			secs := 3 + r.rng.Intn(8)
 			hogUntil = time.Now().Add(time.Duration(secs) * time.Second)
 			for k := 0; k < 2; k++ {
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", HogEnv, secs))
-				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-				if err := cmd.Start(); err == nil {
+				if cmd := startHog(secs); cmd != nil {
 					hogs = append(hogs, cmd)
-					go func() { _ = cmd.Wait() }()
 				}
 			}
 			r.fault(Fault{Kind: "hog", Target: "cpu", Start: start, End: start + int64(secs)*int64(time.Second), Detail: "2 busy loops"})
@@ -641,7 +834,7 @@ func (r *run) restart(i int) string {
 		r.t.Logf("unmount after kill -9 of %s: %v", oldHolder, err)
 	}
 	if r.leader == i {
-		r.leader = -1
+		r.setLeader(-1)
 	}
 	s.mu.Lock()
 	s.gen++
@@ -655,6 +848,19 @@ func (r *run) restart(i int) string {
 	s.fs, s.holder = fs, holder
 	s.mu.Unlock()
 	return oldHolder
+}
+
+// startHog starts a busy-loop process for secs seconds (nil if it could
+// not start).
+func startHog(secs int) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", HogEnv, secs))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil
+	}
+	go func() { _ = cmd.Wait() }()
+	return cmd
 }
 
 // RunHog is a CPU hog's main: spin for secs seconds.

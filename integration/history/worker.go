@@ -43,21 +43,28 @@ type Command struct {
 	Hold1  int      `json:"hold1,omitempty"` // dup: ms before closing the first descriptor
 	Hold2  int      `json:"hold2,omitempty"` // dup: ms before closing the second
 	Mode   uint32   `json:"mode,omitempty"`
+	// Peek: read the object with a plain S3 client after the first piece
+	// (the "peek" flavor and the second write of a churn round).
+	Peek bool `json:"peek,omitempty"`
+	// Batch (KBatch): commands done one after the other with nothing in
+	// between, answered together (churn rounds).
+	Batch []Command `json:"batch,omitempty"`
 }
 
 // Result is a worker's answer to a Command.
 type Result struct {
-	ID       int     `json:"id"`
-	Invoke   int64   `json:"invoke"`
-	Complete int64   `json:"complete"`
-	Written  int64   `json:"written,omitempty"`
-	Pieces   int     `json:"pieces"` // pieces write(2) accepted
-	Steps    []Step  `json:"steps,omitempty"`
-	Found    bool    `json:"found,omitempty"`
-	Data     string  `json:"data,omitempty"`
-	Epoch    string  `json:"epoch,omitempty"`
-	Err      string  `json:"err,omitempty"` // reads: the error, if any
-	Peek     *Result `json:"peek,omitempty"`
+	ID       int      `json:"id"`
+	Invoke   int64    `json:"invoke"`
+	Complete int64    `json:"complete"`
+	Written  int64    `json:"written,omitempty"`
+	Pieces   int      `json:"pieces"` // pieces write(2) accepted
+	Steps    []Step   `json:"steps,omitempty"`
+	Found    bool     `json:"found,omitempty"`
+	Data     string   `json:"data,omitempty"`
+	Epoch    string   `json:"epoch,omitempty"`
+	Err      string   `json:"err,omitempty"` // reads: the error, if any
+	Peek     *Result  `json:"peek,omitempty"`
+	Batch    []Result `json:"batch,omitempty"`
 }
 
 // RunWorker is a worker process's main: it reads Commands from stdin until
@@ -105,6 +112,10 @@ func (w *worker) do(c Command) Result {
 		return err
 	}
 	switch c.Kind {
+	case KBatch:
+		for _, sub := range c.Batch {
+			r.Batch = append(r.Batch, w.do(sub))
+		}
 	case KWrite, KAppend:
 		w.write(c, &r, step)
 	case KDelete:
@@ -158,7 +169,7 @@ func (w *worker) write(c Command, r *Result, step func(string, error) error) {
 			break
 		}
 		r.Pieces++
-		if i == 0 && c.Flavor == "peek" {
+		if i == 0 && (c.Flavor == "peek" || c.Peek) {
 			// Another client looks at the object while the file is open
 			// and truncated here: it must see a whole version that a
 			// close or fsync produced, never the truncation.
