@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencefs/fencefs/fencing"
+	"github.com/fencefs/fencefs/objstore/memstore"
 )
 
 type recordingDir struct {
@@ -115,5 +116,31 @@ func TestDeleteWritebackSendsTheDeletesOfOneNameInOrder(t *testing.T) {
 	}
 	if len(order) != 2 || order[0] != "first" {
 		t.Errorf("sent %v, want first then second", order)
+	}
+}
+
+// TestDeleteWritebackSendsEachDeleteUnderTheBindingUnlinkAcknowledgedItIn:
+// a delete is sent under the binding its unlink was made under (held.go),
+// not the one current when it goes out.
+func TestDeleteWritebackSendsEachDeleteUnderTheBindingUnlinkAcknowledgedItIn(t *testing.T) {
+	ctx := context.Background()
+	g, err := fencing.New(memstore.New(), fencing.Config{Holder: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Bind(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	unlinked := g.Binding()
+	got := make(chan fencing.Binding, 1)
+	w := newDeleteWriteback(1, func(_ string, _ fencing.Version, b fencing.Binding) error {
+		got <- b
+		return nil
+	}, func(string, error) {})
+	if err := w.add(fencing.Under(ctx, unlinked), &recordingDir{}, "k", fencing.Version{ETag: "e"}); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; b != unlinked {
+		t.Fatalf("sent under %+v, want the unlink's %+v", b, unlinked)
 	}
 }
