@@ -1,12 +1,17 @@
-// Package csidriver is fencefs's CSI node driver (`fencefs csi`): it
-// serves the CSI Identity and Node services on a unix socket, so that
-// Kubernetes (kubelet) mounts a bucket into a pod as a fencefs volume.
+// Package csidriver is fencefs's CSI driver: the node driver (`fencefs
+// csi`) serves the CSI Identity and Node services on a unix socket, so that
+// Kubernetes (kubelet) mounts a bucket into a pod as a fencefs volume; the
+// controller (`fencefs csi --controller`, controller.go) serves the
+// Identity and Controller services, so that a StorageClass provisions a
+// volume per claim: a prefix of a bucket with a fence domain of its own
+// (provision.go).
 //
-// A volume is static: a PersistentVolume (or an inline CSI volume) names
-// the bucket in its attributes (bucketName, and any `fencefs mount -o`
-// option by its name: prefix, endpoint, fence_mode, meta_ttl, uid, …), its
-// credentials in a Secret (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-// AWS_SESSION_TOKEN). There is no Controller service.
+// A volume's attributes name the bucket (bucketName, and any `fencefs
+// mount -o` option by its name: prefix, endpoint, fence_mode, meta_ttl,
+// uid, …): a static PersistentVolume's (or an inline CSI volume's) are
+// written by hand, a provisioned one's by CreateVolume. Its credentials
+// are in a Secret (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+// AWS_SESSION_TOKEN).
 //
 // Every NodePublishVolume is one `fencefs mount` process of its own at the
 // pod's target path, never shared with another pod, even on the same node

@@ -221,11 +221,12 @@ func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 	return &csi.GetPluginInfoResponse{Name: Name, VendorVersion: d.opts.Version}, nil
 }
 
-// GetPluginCapabilities reports none: no Controller service (volumes are
-// static: a PersistentVolume names its bucket) and no topology (every
-// node reaches the bucket).
-func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return &csi.GetPluginCapabilitiesResponse{}, nil
+// GetPluginCapabilities reports the Controller service, which the plugin
+// has (`fencefs csi --controller`, the controller Deployment; static
+// volumes need none), and no topology (every node reaches the bucket).
+// The controller answers the same.
+func (d *Driver) GetPluginCapabilities(ctx context.Context, req *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	return (*Controller)(nil).GetPluginCapabilities(ctx, req)
 }
 
 // Probe is ready when the node can mount FUSE filesystems: the driver

@@ -57,7 +57,13 @@ type node struct {
 func newNode(t *testing.T) *node {
 	t.Helper()
 	harness.RequireFUSE(t)
-	n := &node{gw: gateway.ForTest(t), bin: harness.Binary(t), kubelet: t.TempDir(), state: t.TempDir()}
+	return newNodeWith(t, gateway.ForTest(t))
+}
+
+// newNodeWith is newNode on the S3 server gw.
+func newNodeWith(t *testing.T, gw *gateway.Gateway) *node {
+	t.Helper()
+	n := &node{gw: gw, bin: harness.Binary(t), kubelet: t.TempDir(), state: t.TempDir()}
 	n.bucket = gateway.NewBucket(t, n.gw)
 	// A unix socket path has at most 107 bytes: not under t.TempDir().
 	dir, err := os.MkdirTemp("", "fencefs-csi-")

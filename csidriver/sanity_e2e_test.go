@@ -1,9 +1,9 @@
 package csidriver_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,100 +11,64 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/fencefs/fencefs/csidriver"
+	"github.com/fencefs/fencefs/integration/gateway"
 	"github.com/fencefs/fencefs/integration/harness"
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"github.com/minio/minio-go/v7"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
-// staticVolumes stands in for the cluster's administrator in csi-sanity:
-// the driver has no Controller service (a PersistentVolume names its
-// bucket), so csi-sanity's "create a volume" is answered here with what a
-// static PersistentVolume holds, its name and its attributes. Only the
-// Node tests that need a volume ask for one; the Controller tests are
-// skipped (docs/CSI.md). csi-sanity asks the Identity service of this
-// endpoint too: it answers with the driver's own answers.
-type staticVolumes struct {
-	csi.UnimplementedControllerServer
-	csi.UnimplementedIdentityServer
-	attrs  map[string]string
-	driver csi.IdentityClient
-}
-
-func (s *staticVolumes) GetPluginInfo(ctx context.Context, req *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return s.driver.GetPluginInfo(ctx, req)
-}
-
-func (s *staticVolumes) GetPluginCapabilities(ctx context.Context, req *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return s.driver.GetPluginCapabilities(ctx, req)
-}
-
-func (s *staticVolumes) Probe(ctx context.Context, req *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	return s.driver.Probe(ctx, req)
-}
-
-func (s *staticVolumes) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is missing")
-	}
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: req.GetName(), VolumeContext: s.attrs}}, nil
-}
-
-func (s *staticVolumes) DeleteVolume(context.Context, *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
-	return &csi.DeleteVolumeResponse{}, nil
-}
-
-// serveStaticVolumes serves s on a unix socket in dir until the test ends.
-func serveStaticVolumes(t *testing.T, dir string, s *staticVolumes) string {
-	t.Helper()
-	path := filepath.Join(dir, "static.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	csi.RegisterControllerServer(srv, s)
-	csi.RegisterIdentityServer(srv, s)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	return "unix://" + path
-}
-
 // sanityAloneEnv, set, runs TestCSISanity against a driver that mounts
-// by itself (a child process of TestCSISanityOfADriverWithoutAMounter).
-const sanityAloneEnv = "FENCEFS_TEST_CSI_SANITY_ALONE"
+// by itself (a child process of TestCSISanityOfADriverWithoutAMounter);
+// sanityServerEnv names the S3 server (gateway.Kind) of a child's run
+// (TestCSISanityOnMinIO), the Versity gateway when unset.
+const (
+	sanityAloneEnv  = "FENCEFS_TEST_CSI_SANITY_ALONE"
+	sanityServerEnv = "FENCEFS_TEST_CSI_SANITY_SERVER"
+)
 
 // TestCSISanity runs the Kubernetes CSI conformance suite (csi-sanity,
 // kubernetes-csi/csi-test) against `fencefs csi` as the node plugin's pod
 // runs it, asking a mounter (`fencefs csi mounter`, another process) to
-// mount: Identity and Node tests on real mounts of the gateway's bucket.
-// It checks its own counts, so that a suite that skipped everything
-// cannot pass, and fails on any test csi-sanity skips while running it.
+// mount, and against `fencefs csi --controller` as the controller
+// Deployment runs it: Identity, Controller (CreateVolume, DeleteVolume,
+// ValidateVolumeCapabilities: prefixes of a real bucket) and Node tests
+// (real mounts of the volumes the controller made). It checks its own
+// counts, so that a suite that skipped everything cannot pass, and fails
+// on any test csi-sanity skips while running it.
 func TestCSISanity(t *testing.T) {
-	n := newNode(t)
+	kind := gateway.Kind(os.Getenv(sanityServerEnv))
+	if kind == "" {
+		kind = gateway.Versity
+	}
+	n := newNodeOn(t, kind)
 	var dc driverConfig
 	if os.Getenv(sanityAloneEnv) == "" {
 		dc.mounter = n.startMounter(t).sock
 	}
-	d := n.startDriverWith(t, dc)
+	n.startDriverWith(t, dc)
+	ctrl := n.startController(t)
 	dir := filepath.Dir(n.sock)
 	secrets := filepath.Join(dir, "secrets.yaml")
-	yaml := fmt.Sprintf("NodePublishVolumeSecret:\n  AWS_ACCESS_KEY_ID: %q\n  AWS_SECRET_ACCESS_KEY: %q\n", n.gw.AccessKey, n.gw.SecretKey)
-	if err := os.WriteFile(secrets, []byte(yaml), 0o600); err != nil {
+	var yaml strings.Builder
+	for _, k := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret", "NodePublishVolumeSecret"} {
+		fmt.Fprintf(&yaml, "%s:\n  AWS_ACCESS_KEY_ID: %q\n  AWS_SECRET_ACCESS_KEY: %q\n", k, n.gw.AccessKey, n.gw.SecretKey)
+	}
+	if err := os.WriteFile(secrets, []byte(yaml.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := sanity.NewTestConfig()
 	cfg.Address = "unix://" + n.sock
-	cfg.ControllerAddress = serveStaticVolumes(t, dir, &staticVolumes{attrs: n.attrs(), driver: d.IdentityClient})
+	cfg.ControllerAddress = "unix://" + ctrl.sock
 	cfg.TargetPath = filepath.Join(n.kubelet, "target")
 	cfg.StagingPath = filepath.Join(n.kubelet, "staging")
 	cfg.SecretsFile = secrets
 	cfg.TestVolumeAccessType = "mount"
+	// Every volume a prefix of the bucket, deleted with its objects.
+	cfg.TestVolumeParameters = map[string]string{csidriver.ParamBucket: n.bucket, csidriver.ParamPrefix: "sanity", csidriver.ParamOnDelete: csidriver.OnDeleteDelete}
 
 	var report types.Report
 	ginkgo.ReportAfterSuite("counts", func(r ginkgo.Report) { report = r })
@@ -136,11 +100,21 @@ func TestCSISanity(t *testing.T) {
 			t.Errorf("csi-sanity: %s %q: %s", s.State, s.FullText(), s.Failure.Message)
 		}
 	}
-	t.Logf("csi-sanity (mounter %q): %d passed, %d left out, %d failed", dc.mounter, passed, leftOut, failed)
-	// The Identity and Node tests that apply to a node driver without
-	// staging: fewer passing means the suite stopped testing something.
+	t.Logf("csi-sanity (%s, mounter %q): %d passed, %d left out, %d failed", kind, dc.mounter, passed, leftOut, failed)
+	// The Identity, Controller and Node tests that apply to a driver
+	// without staging, attach or snapshots: fewer passing means the suite
+	// stopped testing something.
 	if passed < wantSanityPassed || failed > 0 {
 		t.Errorf("csi-sanity: %d passed (want at least %d), %d failed", passed, wantSanityPassed, failed)
+	}
+	// csi-sanity deleted every volume it made (onDelete: delete): the
+	// bucket holds nothing of them, not even their fence domains.
+	var remaining []string
+	for o := range n.gw.Client().ListObjects(context.Background(), n.bucket, minio.ListObjectsOptions{Recursive: true}) {
+		remaining = append(remaining, o.Key)
+	}
+	if len(remaining) > 0 {
+		t.Errorf("after csi-sanity the bucket still holds %d objects: %q", len(remaining), remaining)
 	}
 	// Exactly the specs of what the driver leaves out: a pattern that
 	// grew, or a csi-sanity version with more such specs, must be looked
@@ -153,24 +127,49 @@ func TestCSISanity(t *testing.T) {
 // wantSanityPassed is how many csi-sanity tests pass (docs/CSI.md lists
 // them); wantSanityLeftOut how many notOffered leaves out (v5.6.0).
 const (
-	wantSanityPassed  = 16
-	wantSanityLeftOut = 87
+	wantSanityPassed  = 33
+	wantSanityLeftOut = 70
 )
 
 // notOffered are the csi-sanity tests of what the driver leaves out on
 // purpose (docs/CSI.md), as ginkgo skip patterns (matched anywhere in a
 // test's text, as ginkgo does): they are never run, so
-// that a test csi-sanity skips at run time is always a failure. There is
-// no Controller and no group snapshots (volumes are static), no staging
-// (a mount per publish), no expansion (a bucket has no size), no health
-// reports; and the Node flow tests that need the driver's own Controller
-// to create a volume (the same flow is
-// TestPublishMountsTheBucketReadOnlyUntilBoundAndEveryCallIsIdempotent).
+// that a test csi-sanity skips at run time is always a failure. The
+// controller makes and deletes volumes, and nothing else: no attach
+// (ControllerPublish), no listing, capacity, snapshots, clones, expansion,
+// volume attribute classes or health; no group snapshots; no staging (a
+// mount per publish), no node expansion (a prefix has no size), no health
+// reports.
 var notOffered = []string{
-	`\[Controller Server\]`,
+	`Controller Service \[Controller Server\] (GetCapacity|ListVolumes|ControllerPublishVolume|volume lifecycle|ControllerUnpublishVolume) `,
+	`Controller Service \[Controller Server\] CreateVolume should (create volume from|fail when the volume source|create volume with a volume attribute class|not create volume with an invalid volume attribute class)`,
+	`(ListSnapshots|GetSnapshot|DeleteSnapshot|CreateSnapshot|ExpandVolume|ModifyVolume|ControllerGetVolumeHealth|ControllerListVolumeHealth) \[Controller Server\]`,
 	`GroupController Service `,
 	`Node Service (NodeStageVolume|NodeUnstageVolume|NodeExpandVolume|NodeGetVolumeHealth|NodeGetStorageHealth) `,
-	`Node Service should (work|be idempotent)`,
+}
+
+// runSanityChild runs TestCSISanity in a child test process with env
+// (ginkgo runs one suite per process) and returns its counts line.
+func runSanityChild(t *testing.T, env ...string) {
+	t.Helper()
+	harness.RequireFUSE(t)
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestCSISanity$", "-test.v", "-test.count", "1")
+	cmd.Env = append(append(os.Environ(), env...), "FENCEFS_BIN="+harness.Binary(t))
+	out, err := cmd.CombinedOutput()
+	counts := regexp.MustCompile(`csi-sanity \([^)]*\): [0-9]+ passed, [0-9]+ left out, [0-9]+ failed`).Find(out)
+	if err != nil || counts == nil || bytes.Contains(out, []byte("--- SKIP: TestCSISanity")) {
+		t.Fatalf("TestCSISanity with %q: %v; counts %q; output:\n%s", env, err, counts, out)
+	}
+	t.Logf("%s", counts)
+}
+
+// TestCSISanityOnMinIO runs TestCSISanity on MinIO (one server with four
+// erasure-coded drives) in a child test process.
+func TestCSISanityOnMinIO(t *testing.T) {
+	if _, err := gateway.FindMinIO(); err != nil {
+		gateway.SkipOrFail(t, "%v", err)
+	}
+	runSanityChild(t, sanityServerEnv+"="+string(gateway.MinIOErasure))
 }
 
 // TestCSISanityOfADriverWithoutAMounter runs TestCSISanity against a
@@ -178,13 +177,5 @@ var notOffered = []string{
 // (ginkgo) runs once per process. The child runs TestCSISanity alone
 // (-test.run), so this test never runs in it.
 func TestCSISanityOfADriverWithoutAMounter(t *testing.T) {
-	harness.RequireFUSE(t)
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestCSISanity$", "-test.v", "-test.count", "1")
-	cmd.Env = append(os.Environ(), sanityAloneEnv+"=1", "FENCEFS_BIN="+harness.Binary(t))
-	out, err := cmd.CombinedOutput()
-	counts := regexp.MustCompile(`csi-sanity \(mounter ""\): [0-9]+ passed, [0-9]+ left out, [0-9]+ failed`).Find(out)
-	if err != nil || counts == nil {
-		t.Fatalf("TestCSISanity without a mounter: %v; counts %q; output:\n%s", err, counts, out)
-	}
-	t.Logf("%s", counts)
+	runSanityChild(t, sanityAloneEnv+"=1")
 }
