@@ -37,6 +37,10 @@ type MinIOOptions struct {
 	// Log receives the server's stdout/stderr; nil means a file minio.log
 	// in Dir.
 	Log *os.File
+	// Env is added to the server's environment ("K=V", after the
+	// defaults): an OpenID provider's MINIO_IDENTITY_OPENID_* settings,
+	// say, and SSL_CERT_FILE for the CA that MinIO must trust to reach it.
+	Env []string
 }
 
 // StartMinIO launches a single MinIO server on a free port of 127.0.0.1 (its
@@ -85,6 +89,7 @@ func StartMinIO(ctx context.Context, opts MinIOOptions) (*Gateway, error) {
 		cmd.Env = append(os.Environ(),
 			"MINIO_ROOT_USER="+g.AccessKey, "MINIO_ROOT_PASSWORD="+g.SecretKey,
 			"MINIO_CI_CD=1", "MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_REGION="+g.Region)
+		cmd.Env = append(cmd.Env, opts.Env...)
 		// The cluster health check answers 200 once the server has write
 		// quorum: every drive of the erasure set is formatted and online.
 		return g.run(ctx, cmd, opts.Log, "minio.log", "/minio/health/cluster",
