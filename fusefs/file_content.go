@@ -58,6 +58,13 @@ type fileContent struct {
 	// storedGen is the newest gen the bucket holds or that was dropped:
 	// changes up to it are nobody's to store any more. GUARDED_BY(mu)
 	storedGen uint64
+	// writers are the threads that made the changes held now (capped:
+	// writersFull); refusal is a refusal of held changes not reported yet,
+	// refusalFor the writers it is for (file_refused.go). GUARDED_BY(mu)
+	writers     []uint32
+	writersFull bool
+	refusal     error
+	refusalFor  []uint32
 	// bind is the binding the uncommitted changes were made under (held.go):
 	// set when the content becomes dirty, the condition of every commit of
 	// them. GUARDED_BY(mu)
@@ -178,6 +185,7 @@ func (c *fileContent) markDirtyLocked() {
 func (c *fileContent) setCleanLocked() {
 	defer c.checkInvariantsLocked()
 	c.storedGen = c.gen
+	c.writers, c.writersFull = nil, false
 	c.state.set(stNoUpload|stOpenChangeOnly, false)
 	c.stageErr = nil
 	if c.state.has(stDirty) {

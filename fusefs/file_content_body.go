@@ -102,6 +102,7 @@ func (c *fileContent) write(ctx context.Context, key string, data []byte, off in
 	}
 	if w > 0 {
 		c.markDirtyLocked()
+		c.noteWriterLocked(ctx)
 	}
 	if err != nil {
 		c.failStageLocked(key, err)
@@ -157,6 +158,7 @@ func (c *fileContent) truncate(ctx context.Context, key string, size int64, atOp
 	c.size = size
 	wasDirty := c.state.has(stDirty)
 	c.markDirtyLocked()
+	c.noteWriterLocked(ctx)
 	c.state.set(stOpenChangeOnly, atOpen && !wasDirty)
 	return nil
 }
@@ -216,6 +218,7 @@ func (c *fileContent) dropLocked(storedSize int64) (lost, lostName bool) {
 		c.fsys.stagingBytes.Add(-c.size)
 	}
 	c.unknownWID = ""
+	c.refusal, c.refusalFor = nil, nil
 	c.fsys.untrack(c.owner)
 	if !c.state.any(stPending | stUnlinked) {
 		c.size = storedSize
@@ -268,7 +271,12 @@ func (c *fileContent) refuseSupersededLocked(ctx context.Context, key, op string
 	err := fmt.Errorf("%s %s: %w: %w: the changes made under token %d were dropped (another holder's epoch was active since)",
 		op, key, fencing.ErrFenced, fencing.ErrSuperseded, b.Token)
 	c.refusedLocked(ctx, key, err)
-	return err
+	if taken := c.takeRefusal(ctx); taken != nil {
+		return taken
+	}
+	// Another process's changes: they are refused at its own close; this
+	// change starts from the stored version.
+	return nil
 }
 
 // refusedLocked drops every change the content holds because the Guard
@@ -277,10 +285,18 @@ func (c *fileContent) refuseSupersededLocked(ctx context.Context, key, op string
 // stored version from now on, and what they write next starts from it.
 // LOCKS_REQUIRED(c.body write)
 func (c *fileContent) refusedLocked(ctx context.Context, key string, err error) {
+	c.mu.Lock()
+	writers, full := c.writers, c.writersFull
+	c.mu.Unlock()
 	lost, lostName := c.dropLocked(c.owner.storedSize())
 	if !lost {
 		return
 	}
+	c.mu.Lock()
+	c.writers, c.writersFull = writers, full
+	c.holdRefusalLocked(err)
+	c.writers, c.writersFull = nil, false
+	c.mu.Unlock()
 	if lostName {
 		c.mu.Lock()
 		c.size = 0 // never stored: its handles read an empty file

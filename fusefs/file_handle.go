@@ -224,7 +224,7 @@ func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	case h.writable:
 		err = h.node.storePendingAttr(ctx)
 	}
-	if err != nil {
+	if err = h.node.c.reportRefusal(ctx, err); err != nil {
 		k, _ := h.node.key()
 		return h.node.fsys.mutationErrno(ctx, "flush", k, err)
 	}
@@ -238,7 +238,7 @@ var _ = (fs.FileFsyncer)((*fileHandle)(nil))
 func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	ctx, cancel := h.node.fsys.mutctx(ctx)
 	defer cancel()
-	if err := h.node.sync(ctx, true); err != nil {
+	if err := h.node.c.reportRefusal(ctx, h.node.sync(ctx, true)); err != nil {
 		k, _ := h.node.key()
 		return h.node.fsys.mutationErrno(ctx, "fsync", k, err)
 	}

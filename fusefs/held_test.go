@@ -7,6 +7,7 @@ package fusefs
 
 import (
 	"os"
+	"os/exec"
 	"strconv"
 	"syscall"
 	"testing"
@@ -117,5 +118,35 @@ func TestHeldAttributeChangeAcrossAnotherHoldersEpochIsNeverStored(t *testing.T)
 	}
 	if mode := k.userMeta(t, "f")["mode"]; mode != strconv.Itoa(syscall.S_IFREG|0o640) {
 		t.Fatalf("mode in the bucket = %s after the new chmod, want %o", mode, syscall.S_IFREG|0o640)
+	}
+}
+
+// TestARefusalIsReportedToTheWritersCloseNotToAForkedChilds: a child
+// forked and exec'd while the writer holds the file closes its copy of the
+// descriptor at exec, a FLUSH of the same handle that meets the refusal
+// first; the writer's own close is told, not the child's exec.
+func TestARefusalIsReportedToTheWritersCloseNotToAForkedChilds(t *testing.T) {
+	k := newKTAlone(t, 3*time.Minute) // holds descriptors: no fork beside it
+	a := k.mount(serveConfig{Token: 1, Holder: "a"})
+	b := k.mount(serveConfig{Holder: "b"})
+	if err := writeClose(a.Path("f"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, "first"); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Open(a.Path("f"), os.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := syscall.Write(fd, []byte("refused")); err != nil {
+		t.Fatal(err)
+	}
+	bindMount(t, b, 2)
+	if err := exec.Command("true").Run(); err != nil { // its exec closes the copy: a FLUSH
+		t.Fatal(err)
+	}
+	if got := errnoOf(syscall.Close(fd)); got != syscall.EROFS {
+		t.Fatalf("the writer's close after a child's FLUSH met the refusal = %v, want EROFS", got)
+	}
+	if got, err := k.getObject("f"); err != nil || string(got) != "first" {
+		t.Fatalf("f = %q, %v; want the stored version", got, err)
 	}
 }
