@@ -40,6 +40,8 @@ func toErrno(err error) syscall.Errno {
 	}
 	var errno syscall.Errno
 	switch {
+	case errors.Is(err, errHalfDone): // before the refusal it wraps: part of it landed
+		return syscall.EIO
 	case errors.Is(err, fencing.ErrFenced), errors.Is(err, fencing.ErrReadOnly):
 		return syscall.EROFS
 	case errors.Is(err, fencing.ErrStale):

@@ -42,6 +42,7 @@ func TestToErrnoMapsEveryErrorClassToOneErrno(t *testing.T) {
 		{"oversized xattr is E2BIG", wrap(errTooBig), syscall.E2BIG},
 		{"read-only control attribute is EPERM", wrap(errPerm), syscall.EPERM},
 		{"an access to a released part of a streamed file is ESPIPE", wrap(errNotSequential), syscall.ESPIPE},
+		{"a rename whose copy landed and whose delete was refused is EIO, not EROFS", wrap(fmt.Errorf("%w: %w", errHalfDone, fencing.ErrFenced)), syscall.EIO},
 		{"a streamed upload that cannot be published is EIO", wrap(fmt.Errorf("%w: %w", errUploadLost, objstore.ErrUnavailable)), syscall.EIO},
 		{"a plain errno passes through", wrap(syscall.ERANGE), syscall.ERANGE},
 		{"an unknown error is EIO", errors.New("boom"), syscall.EIO},

@@ -43,4 +43,9 @@ var errStopList = errors.New("stop listing")
 
 // errUploadLost: the streamed upload of a file whose early parts have left
 // the local disk cannot be published. EIO unless the cause says otherwise.
+// errHalfDone: an operation of two mutations whose first landed and whose
+// second was refused (a rename's copy and its source's delete): EIO, not
+// the refusal's errno, which would tell the application nothing changed.
+var errHalfDone = errors.New("done in part")
+
 var errUploadLost = errors.New("the file's streamed upload cannot be published and its early parts are no longer on local disk")

@@ -140,7 +140,8 @@ func (fsys *filesystem) renameObject(ctx context.Context, src *fs.Inode, srcKey 
 	if err := fsys.deleteObject(ctx, srcKey, fencing.VersionOf(info)); err != nil {
 		fsys.log.Warn("rename copied the object but could not delete the source; both names exist",
 			"src", srcKey, "dst", dstKey, "err", err)
-		return err
+		return fmt.Errorf("%w: rename %s to %s: the copy landed, the source's delete did not (%w); both names exist",
+			errHalfDone, srcKey, dstKey, err)
 	}
 	out = mergeInfo(out, dstKey, info.Size, meta)
 	sb.mu.Lock()
