@@ -193,3 +193,25 @@ func TestAFencedWriteAcknowledgedIsNamed(t *testing.T) {
 		t.Fatalf("anomalies after a failback: %+v", r.Anomalies)
 	}
 }
+
+// An unknown outcome is bounded by the bind that settles it: a write of
+// unknown outcome may land before another holder's bind, never after.
+func TestAnUnknownWriteSettlesAtTheNextHoldersBind(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		b := newHB()
+		b.bind(0, "m0", 1, 0)
+		v := b.write(0, "m0", "f#%d.1/1\n", 10, 11, 0, Unknown, "EIO")
+		b.h.Ops[len(b.h.Ops)-1].Complete = 15e6
+		b.s3read(false, "", 20, 21)
+		b.add(Op{Kind: KBind, Process: -1, Mount: 0, Holder: "m0", Token: 2, Invoke: 22, Complete: 23, Outcome: Unknown, Errno: "EIO"})
+		b.bind(1, "m1", 3, 30)
+		if late {
+			b.s3read(false, "", 35, 36)
+		}
+		b.s3read(true, v, 40, 41)
+		r := Check(&b.h, 0)
+		if got := strings.Contains(kinds(r), "not-linearizable"); got != late {
+			t.Fatalf("late=%v: anomalies %+v", late, r.Anomalies)
+		}
+	}
+}
