@@ -213,14 +213,6 @@ func (g *Guard) commitOutcome(ctx context.Context, m *mutation, info objstore.Ob
 		if next == nil && rerr != nil && errors.Is(err, objstore.ErrNotFound) && !errors.Is(rerr, ErrFenced) && m.op == "copy" {
 			return objstore.ObjectInfo{}, nil, true, fmt.Errorf("copy to %s: %w", m.key, err) // the source vanished
 		}
-		if next == nil && rerr != nil && objstore.HadUncertainAttempt(ctx) && (errors.Is(rerr, ErrFenced) || errors.Is(rerr, ErrStale)) {
-			// An earlier attempt's answer was lost: it may have landed
-			// before what the HEAD found replaced it (a newer epoch's
-			// sweep re-stamps it). Refused or stale would tell the caller
-			// it did not; its outcome is unknown (DESIGN §7).
-			g.met.outcome(m.op, "unknown")
-			return objstore.ObjectInfo{}, nil, false, unknownOutcome(m, fmt.Errorf("%s %s: outcome unknown: an attempt whose answer was lost may have landed before the object changed (%v)", m.op, m.key, rerr))
-		}
 		return info, next, true, rerr
 	case isTransient(err):
 		info, known, rerr := g.resolveTransient(ctx, m, err)
