@@ -23,11 +23,11 @@ import (
 func TestNoCredentialsAnywhereNamesEveryPlaceTried(t *testing.T) {
 	u, err := user.Current()
 	if err != nil {
-		t.Skipf("no user database entry: %v", err)
+		gateway.SkipOrFail(t, "no user database entry: %v", err)
 	}
 	homeCreds := filepath.Join(u.HomeDir, ".aws", "credentials")
 	if _, err := os.Stat(homeCreds); err == nil {
-		t.Skipf("%s exists on this machine: the test needs a home without credentials", homeCreds)
+		gateway.SkipOrFail(t, "%s exists on this machine: the test needs a home without credentials", homeCreds)
 	}
 	gw := gateway.ForTest(t)
 	bucket := gateway.NewBucket(t, gw)
