@@ -149,7 +149,14 @@ func TestATakeoverInOneProvisionedVolumeLeavesTheOtherUntouched(t *testing.T) {
 		if err := writeFile(filepath.Join(a0, "state"), "a-0 again"); !errors.Is(err, syscall.EROFS) {
 			t.Errorf("a-0's write after a-1 took over: %v; want EROFS", err)
 		}
-		if st := statusOf(t, a0); st.state != "fenced" || st.epoch != "6" {
+		// A write refused by the journal a-1 sealed before raising the
+		// register latches a-0 fenced while the epoch it saw is still 5;
+		// its next register read shows 6.
+		st := statusOf(t, a0)
+		for deadline := time.Now().Add(10 * time.Second); st.epoch != "6" && time.Now().Before(deadline); st = statusOf(t, a0) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if st.state != "fenced" || st.epoch != "6" {
 			t.Errorf("a-0 after the takeover: %+v; want fenced by epoch 6", st)
 		}
 
