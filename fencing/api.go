@@ -182,6 +182,12 @@ const (
 	// a newer or the same epoch whose base is that ETag retries on the
 	// rewrite instead of failing as stale. Commits do not carry it.
 	MetaSweptFrom = "fencefs-swept-from"
+	// MetaSweptWID is set beside MetaSweptFrom to the write id of the
+	// content the sweep rewrote (carried through a sweep of a sweep's
+	// rewrite): a writer whose commit landed but whose answer was lost,
+	// and that retries after the sweep, finds its own write there and
+	// reports it stored instead of fenced. Commits do not carry it.
+	MetaSweptWID = "fencefs-swept-wid"
 )
 
 // IsStampKey reports whether a metadata key is one of the keys Guard
@@ -189,7 +195,7 @@ const (
 // metadata drop them.
 func IsStampKey(k string) bool {
 	switch k {
-	case MetaEpoch, MetaHolder, MetaWID, MetaTombstone, MetaSwept, MetaSweptFrom:
+	case MetaEpoch, MetaHolder, MetaWID, MetaTombstone, MetaSwept, MetaSweptFrom, MetaSweptWID:
 		return true
 	}
 	return false

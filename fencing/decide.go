@@ -131,8 +131,9 @@ func stampOf(meta map[string]string) stamp {
 type outcome int
 
 const (
-	// outcomeOurs: the object carries our write id: our commit landed (an
-	// earlier attempt whose response was lost).
+	// outcomeOurs: the object carries our write id, or is a takeover
+	// sweep's rewrite of an object that did (MetaSweptWID): our commit
+	// landed (an earlier attempt whose response was lost).
 	outcomeOurs outcome = iota
 	// outcomeFenced: the object was written by a newer epoch.
 	outcomeFenced
@@ -167,7 +168,9 @@ const (
 func resolve(kind writeKind, cur objstore.ObjectInfo, exists bool, epoch uint64, wid string, base Version) outcome {
 	if exists {
 		st := stampOf(cur.Meta)
-		if st.WID == wid && wid != "" {
+		if wid != "" && (st.WID == wid || cur.Meta[MetaSweptWID] == wid && !isTombstone(cur)) {
+			// Ours, or a sweep's rewrite of ours (the same content):
+			// an attempt whose answer was lost landed.
 			return outcomeOurs
 		}
 		if st.Epoch > epoch {

@@ -171,6 +171,11 @@ func TestResolveRefusedCommit(t *testing.T) {
 		o.Meta[MetaSweptFrom] = from
 		return o
 	}
+	sweptOurs := func(epoch, wid string) objstore.ObjectInfo {
+		o := swept(epoch, "landed")
+		o.Meta[MetaSweptWID] = wid
+		return o
+	}
 	tests := []struct {
 		name   string
 		kind   writeKind
@@ -193,6 +198,8 @@ func TestResolveRefusedCommit(t *testing.T) {
 		{"a sweep of our epoch or an older one rewrote our base: retry on it", kindPut, swept("17", "base"), true, overwrite, outcomeRetryOverSweep},
 		{"a sweep rewrote another version: check", kindPut, swept("16", "other"), true, overwrite, outcomeCheck},
 		{"a newer epoch's sweep rewrote our base: fenced", kindPut, swept("18", "base"), true, overwrite, outcomeFenced},
+		{"a newer epoch's sweep rewrote what our lost attempt stored: ours", kindPut, sweptOurs("18", "w1"), true, overwrite, outcomeOurs},
+		{"a newer epoch's sweep rewrote another write: fenced", kindPut, sweptOurs("18", "w9"), true, overwrite, outcomeFenced},
 		{"overwrite found the key absent", kindPut, objstore.ObjectInfo{}, false, overwrite, outcomeCheck},
 		{"delete found the key absent: gone", kindDelete, objstore.ObjectInfo{}, false, overwrite, outcomeGone},
 		{"delete found someone's tombstone: gone", kindDelete, obj("17", "x", true), true, overwrite, outcomeGone},

@@ -156,3 +156,47 @@ func readInfo(t *testing.T, ctx context.Context, s objstore.Store, key string) o
 	_, info, _ := read(t, ctx, s, key)
 	return info
 }
+
+// TestACommitThatLandedBeforeANewerEpochsSweepIsStored: A's commit of k
+// lands but its answer is lost (the retry's 412, or a reset) while epoch 2
+// binds and its takeover sweep rewrites k — A's content under a fresh
+// ETag. A's commit is stored: it returns the rewrite, not EROFS (a refusal
+// would say it never landed, and readers saw it) nor EIO.
+func TestACommitThatLandedBeforeANewerEpochsSweepIsStored(t *testing.T) {
+	for _, loss := range []error{objstore.ErrPrecondition, objstore.ErrUnavailable} {
+		t.Run(loss.Error(), func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			s := memstore.New()
+			a := newGuard(t, s, Config{Holder: "A"})
+			bind(t, ctx, a, 1)
+			base, err := gput(ctx, a, "lost/k", "v1", Version{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := newGuard(t, s, Config{Holder: "B", ReleaseGrace: -1})
+			var once sync.Once
+			s.SetHook(func(hctx context.Context, ev memstore.Event) error {
+				if ev.Phase != memstore.PhaseAfter || ev.Op != memstore.OpPut || ev.Key != "lost/k" || ev.Err != nil || hctx.Value(holderKey{}) != "A" {
+					return nil
+				}
+				var hookErr error
+				once.Do(func() {
+					bind(t, ctx, b, 2)
+					hookErr = fmt.Errorf("%w: the answer was lost (test)", loss)
+				})
+				return hookErr
+			})
+			info, err := gput(context.WithValue(ctx, holderKey{}, "A"), a, "lost/k", "A's landed", VersionOf(base))
+			if err != nil {
+				t.Fatalf("A's commit that landed before the sweep: %v", err)
+			}
+			got, cur, _ := read(t, ctx, s, "lost/k")
+			if got != "A's landed" || cur.Meta[MetaSweptFrom] == "" {
+				t.Fatalf("the key holds %q %v: not the sweep's rewrite of A's commit", got, cur.Meta)
+			}
+			if info.ETag != cur.ETag {
+				t.Errorf("A's commit returned version %s, the key holds %s", info.ETag, cur.ETag)
+			}
+		})
+	}
+}

@@ -384,8 +384,18 @@ func (sw *sweeper) sweptMeta(ctx context.Context, t sweepTarget, st sweepState, 
 	meta[MetaSwept] = rec.String()
 	if st.exists && !isTombstone(st.info) {
 		meta[MetaSweptFrom] = st.etag()
+		meta[MetaSweptWID] = sweptWID(st.info.Meta)
 	}
 	return meta, rec, full, avoid, nil
+}
+
+// sweptWID is the write id of the content of an object whose metadata is
+// meta: its own, or, for a sweep's rewrite, the one the rewrite carries.
+func sweptWID(meta map[string]string) string {
+	if meta[MetaSweptFrom] != "" && meta[MetaSweptWID] != "" {
+		return meta[MetaSweptWID]
+	}
+	return meta[MetaWID]
 }
 
 // errNoFreshShape: no upload shape gives the content an ETag outside the
