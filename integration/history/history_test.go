@@ -76,6 +76,9 @@ func TestHistory(t *testing.T) {
 			if f := os.Getenv("FENCEFS_HISTORY_FAULTS"); f != "" {
 				cfg.Faults = strings.Split(f, ",")
 			}
+			if d, ok := os.LookupEnv("FENCEFS_HISTORY_DIR"); ok {
+				cfg.LogDir = filepath.Join(d, fmt.Sprintf("%s-%s-logs", kind, start.Format("20060102-150405")))
+			}
 			h := Run(t, cfg)
 			r := Check(h, checkTimeout(duration))
 			summary := r.Summary(h)

@@ -62,6 +62,9 @@ type Config struct {
 	// Hogs is the number of busy-loop processes that run for the whole
 	// run, besides the nemesis's hogs.
 	Hogs int
+	// LogDir, if set, receives a copy of every mount process's log when
+	// the run ends (logs.go).
+	LogDir string
 }
 
 func (c *Config) defaults() {
@@ -136,6 +139,8 @@ type run struct {
 	ops    []Op    // GUARDED_BY(mu)
 	faults []Fault // GUARDED_BY(mu)
 	nextID int     // GUARDED_BY(mu)
+	// mountLogs are the logs of every mount process so far (logs.go).
+	mountLogs []mountLog // GUARDED_BY(mu)
 
 	// The nemesis's own state (its goroutine only).
 	token  uint64
@@ -200,6 +205,7 @@ func Run(t *testing.T, cfg Config) *History {
 	for i := 0; i < cfg.Mounts; i++ {
 		s := &slot{i: i, proxy: harness.NewProxy(t, gw.Addr), holder: holderName(i, 0)}
 		s.fs = harness.Mount(t, gw, r.bucket, r.mountArgs(s.holder, s.proxy)...)
+		r.noteLog(s.holder, s.fs.LogPath)
 		s.dir = s.fs.Dir
 		r.slots = append(r.slots, s)
 		for _, f := range append(append([]string(nil), r.files...), r.logs...) {
@@ -260,6 +266,7 @@ func Run(t *testing.T, cfg Config) *History {
 		_ = w.cmd.Wait()
 	}
 	r.finalReads()
+	r.saveLogs()
 	r.mu.Lock()
 	h.Ops, h.Faults = r.ops, r.faults
 	r.mu.Unlock()
@@ -847,6 +854,7 @@ func (r *run) restart(i int) string {
 	s.mu.Lock()
 	s.fs, s.holder = fs, holder
 	s.mu.Unlock()
+	r.noteLog(holder, fs.LogPath)
 	return oldHolder
 }
 
