@@ -123,14 +123,28 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	rd := h.rd
 	h.mu.Unlock()
 	res, err := h.readFrom(ctx, rd, key, dest, off)
+	shrunk := false
 	for attempt := 0; isConflict(err) && attempt < maxReadRebase; attempt++ {
 		// The object changed since the handle pinned it: a handle that
 		// returned nothing yet takes the current version instead.
-		var ok bool
-		if rd, ok = h.rebase(ctx, rd, key); !ok {
+		var ok, s bool
+		if rd, ok, s = h.rebase(ctx, rd, key); !ok {
 			break
 		}
+		shrunk = shrunk || s
 		res, err = h.readFrom(ctx, rd, key, dest, off)
+	}
+	if shrunk {
+		// The kernel's size is the old, larger one. It takes the new
+		// one from this READ's short reply unless its attributes were
+		// invalidated while the READ was in flight — then it fills the
+		// rest of the page with zeros up to the old size. So the
+		// invalidation waits for the reply.
+		if err != nil {
+			n.NotifyContent(-1, 0)
+		} else {
+			res = afterReply{ReadResult: res, after: func() { n.NotifyContent(-1, 0) }}
+		}
 	}
 	if isConflict(err) {
 		// The version is gone: the next open asks the store again
@@ -298,30 +312,30 @@ const maxReadRebase = 3
 // rebase moves a read handle that has delivered nothing from rd, whose
 // version is gone, to the object's current version, and returns the reader
 // to retry with. ok is false when the handle must report ESTALE.
-func (h *fileHandle) rebase(ctx context.Context, rd *reader, key string) (*reader, bool) {
+func (h *fileHandle) rebase(ctx context.Context, rd *reader, key string) (_ *reader, ok, shrunk bool) {
 	n := h.node
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.delivered > 0 || h.keepCache {
-		return nil, false
+		return nil, false, false
 	}
 	if h.rd != rd && h.rd != nil {
-		return h.rd, true // a concurrent READ of this handle moved it already
+		return h.rd, true, h.rd.size < rd.size // a concurrent READ of this handle moved it already
 	}
 	n.mu.Lock()
 	alone := n.openCount == 1 && !n.c.local()
 	n.mu.Unlock()
 	if !alone {
-		return nil, false
+		return nil, false, false
 	}
 	cur, err := n.fsys.store.Stat(ctx, key)
 	if err != nil || fencing.IsTombstone(cur) {
-		return nil, false
+		return nil, false, false
 	}
 	n.mu.Lock()
 	if n.openCount != 1 || n.c.flags().has(stDirty) {
 		n.mu.Unlock()
-		return nil, false
+		return nil, false, false
 	}
 	n.setInfoLocked(cur)
 	n.c.setStoredSize(cur.Size)
@@ -331,13 +345,28 @@ func (h *fileHandle) rebase(ctx context.Context, rd *reader, key string) (*reade
 		h.rd.close()
 	}
 	h.rd = newReader(n.fsys, cur.ETag, cur.Size)
+	n.fsys.metrics.readRebases.Inc()
+	n.fsys.log.Debug("read moved to the current version", "key", key, "etag", cur.ETag)
+	if cur.Size < rd.size {
+		return h.rd, true, true // the caller invalidates after its reply
+	}
 	// The kernel's size of the file is the old version's: drop its cached
 	// attributes (only those: no page is locked by this) so that a read
 	// past it asks for the new size.
 	n.NotifyContent(-1, 0)
-	n.fsys.metrics.readRebases.Inc()
-	n.fsys.log.Debug("read moved to the current version", "key", key, "etag", cur.ETag)
-	return h.rd, true
+	return h.rd, true, false
+}
+
+// afterReply is a READ's reply that runs after once go-fuse has written
+// it (fuse.ReadResult's Done).
+type afterReply struct {
+	fuse.ReadResult
+	after func()
+}
+
+func (r afterReply) Done() {
+	r.ReadResult.Done()
+	r.after()
 }
 
 // releaseHandle drops a handle. The last one commits what is still dirty
