@@ -15,6 +15,7 @@ func s3Config(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) s
 	return s3.Config{
 		Endpoint:             cfg.EndpointURL(),
 		Bucket:               cfg.S3.Bucket,
+		CheckPrefix:          cfg.S3.Prefix,
 		Region:               cfg.S3.Region,
 		AccessKey:            cfg.S3.AccessKey,
 		SecretKey:            cfg.S3.SecretKey.Reveal(),

@@ -114,6 +114,11 @@ type Config struct {
 	// a bare "host[:port]" means https.
 	Endpoint string
 	Bucket   string
+	// CheckPrefix, when set, is the key prefix (ending in '/') the caller
+	// works under: New's check of the bucket lists it rather than the
+	// bucket's top level, so that credentials whose policy allows listing
+	// only that prefix (a workload's own, docs/CSI.md) pass it.
+	CheckPrefix string
 	// Region to sign requests for; empty means "us-east-1".
 	Region string
 	// AccessKey, SecretKey and SessionToken are static credentials. With an
@@ -268,6 +273,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	// that would read as a missing bucket.
 	err = s.call(ctx, "check_bucket", false, func(ctx context.Context) error {
 		q := url.Values{"list-type": {"2"}, "max-keys": {"1"}}
+		if cfg.CheckPrefix != "" {
+			q.Set("prefix", cfg.CheckPrefix)
+		}
 		resp, err := s.raw(ctx, http.MethodGet, "", q, nil)
 		if err != nil {
 			var oe *opError
