@@ -11,7 +11,8 @@
 // uid, …): a static PersistentVolume's (or an inline CSI volume's) are
 // written by hand, a provisioned one's by CreateVolume. Its credentials
 // are in a Secret (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-// AWS_SESSION_TOKEN).
+// AWS_SESSION_TOKEN), or, with authenticationSource: pod, are its pod's
+// service-account token exchanged by web identity (podtoken.go).
 //
 // Every NodePublishVolume is one `fencefs mount` process of its own at the
 // pod's target path, never shared with another pod, even on the same node

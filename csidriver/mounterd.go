@@ -211,6 +211,17 @@ func (m *Mounter) mountSpec(req mountRequest) (volumeSpec, error) {
 			return s, err
 		}
 	}
+	if req.WebIdentity {
+		if len(req.Credentials) > 0 {
+			return s, invalid("a mount with web identity takes no credentials")
+		}
+		f, err := checkTokenFile(volumeDir(m.opts.StateDir, s.Target))
+		if err != nil {
+			return s, err
+		}
+		s.TokenFile = f
+		return s, nil
+	}
 	if len(req.Credentials) > 0 {
 		env, err := credentialsEnv(req.Credentials, nil)
 		if err != nil {

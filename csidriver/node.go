@@ -54,6 +54,11 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		case r.Identity != s.Identity():
 			return nil, status.Errorf(codes.AlreadyExists, "target path %s is published already with other arguments (volume %q)", s.Target, r.VolumeID)
 		case r.alive():
+			// kubelet publishes again with a fresh token (requiresRepublish):
+			// the mount reads it at its next renewal.
+			if err := d.refreshToken(s); err != nil {
+				return nil, err
+			}
 			return &csi.NodePublishVolumeResponse{}, nil
 		}
 		// The same publish, whose process is gone: mount it again.
@@ -97,6 +102,10 @@ func (d *Driver) mount(ctx context.Context, s volumeSpec) (*record, error) {
 	if err := saveRecord(dir, *r); err != nil {
 		return nil, status.Errorf(codes.Internal, "volume record in %s: %v", dir, unwrap(err))
 	}
+	if err := d.refreshToken(s); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	pid, err := d.run.mount(ctx, s)
 	if err != nil {
 		if _, ok, _ := mountedAt(s.Target); !ok {
@@ -113,6 +122,18 @@ func (d *Driver) mount(ctx context.Context, s volumeSpec) (*record, error) {
 	}
 	d.log.Info("mounted", "volume_id", s.VolumeID, "target", s.Target, "bucket", s.Bucket, "options", s.optionList(), "pid", pid)
 	return r, nil
+}
+
+// refreshToken writes the pod's token of s (authenticationSource: pod)
+// into its volume's token file; nothing for a volume without one.
+func (d *Driver) refreshToken(s volumeSpec) error {
+	if s.Audience == "" {
+		return nil
+	}
+	if err := writeTokenFile(volumeDir(d.opts.StateDir, s.Target), s.Token); err != nil {
+		return status.Errorf(codes.Internal, "%v", err)
+	}
+	return nil
 }
 
 // checkSingleWriter refuses a second target of a volume on this node when

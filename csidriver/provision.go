@@ -120,6 +120,11 @@ func parseClassParams(params map[string]string) (classParams, error) {
 	if err := checkBucket("parameter "+ParamBucket, p.Bucket); err != nil {
 		return p, err
 	}
+	// authenticationSource and tokenAudience reach the node as attributes
+	// (podtoken.go); a mistake in them is the class's.
+	if _, err := podAuthFrom("parameter", params); err != nil {
+		return p, err
+	}
 	p.Attrs = attrs.Options
 	return p, nil
 }

@@ -48,6 +48,13 @@ type localRunner struct {
 
 func (l localRunner) mount(ctx context.Context, s volumeSpec) (int, error) {
 	dir := volumeDir(l.stateDir, s.Target)
+	if s.Audience != "" {
+		f, err := checkTokenFile(dir)
+		if err != nil {
+			return 0, err
+		}
+		s.TokenFile = f
+	}
 	return runMount(ctx, l.bin, s, filepath.Join(dir, cacheDir), filepath.Join(dir, logFile))
 }
 
@@ -100,6 +107,10 @@ type mountRequest struct {
 	// Credentials are the mount process's AWS_* variables (the volume's
 	// secret, or the driver's node-wide ones); none uses none.
 	Credentials map[string]string `json:"credentials,omitempty"`
+	// WebIdentity mounts with the pod's token that the driver wrote in
+	// the volume's directory (podtoken.go), by web identity; the token
+	// itself never travels here.
+	WebIdentity bool `json:"web_identity,omitempty"`
 }
 
 type mountResponse struct {
@@ -147,7 +158,7 @@ func newMounterClient(socket string) *mounterClient {
 }
 
 func (c *mounterClient) mount(ctx context.Context, s volumeSpec) (int, error) {
-	req := mountRequest{Target: s.Target, Bucket: s.Bucket, Options: s.Options}
+	req := mountRequest{Target: s.Target, Bucket: s.Bucket, Options: s.Options, WebIdentity: s.Audience != ""}
 	for _, kv := range s.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			if req.Credentials == nil {

@@ -33,19 +33,21 @@ var secretKeys = []string{SecretAccessKeyID, SecretSecretAccessKey, SecretSessio
 // driverOwned are -o options the driver sets itself, or that a volume must
 // not set, with why (both spellings: the -o name and the dotted key).
 var driverOwned = map[string]string{
-	"token":               "the volume comes up without a token; the pod binds one through the mount (fencefs run --mount)",
-	"fence.token":         "the volume comes up without a token; the pod binds one through the mount (fencefs run --mount)",
-	"token_file":          "the volume comes up without a token; the pod binds one through the mount (fencefs run --mount)",
-	"fence.token_file":    "the volume comes up without a token; the pod binds one through the mount (fencefs run --mount)",
-	"cache_dir":           "the driver gives each volume a cache directory under its --state-dir",
-	"mount.cache_dir":     "the driver gives each volume a cache directory under its --state-dir",
-	"log_file":            "the driver gives each volume a log file under its --state-dir",
-	"log.file":            "the driver gives each volume a log file under its --state-dir",
-	"config":              "a volume is configured by its attributes only",
-	"nonempty":            "the driver mounts only on the empty directory it creates",
-	"mount.nonempty":      "the driver mounts only on the empty directory it creates",
-	"credentials_file":    "credentials come from the volume's secret (nodePublishSecretRef)",
-	"s3.credentials_file": "credentials come from the volume's secret (nodePublishSecretRef)",
+	"token":                      "the volume comes up without a token; the pod binds one through the mount (fencefs run --mount)",
+	"fence.token":                "the volume comes up without a token; the pod binds one through the mount (fencefs run --mount)",
+	"token_file":                 "the volume comes up without a token; the pod binds one through the mount (fencefs run --mount)",
+	"fence.token_file":           "the volume comes up without a token; the pod binds one through the mount (fencefs run --mount)",
+	"cache_dir":                  "the driver gives each volume a cache directory under its --state-dir",
+	"mount.cache_dir":            "the driver gives each volume a cache directory under its --state-dir",
+	"log_file":                   "the driver gives each volume a log file under its --state-dir",
+	"log.file":                   "the driver gives each volume a log file under its --state-dir",
+	"config":                     "a volume is configured by its attributes only",
+	"nonempty":                   "the driver mounts only on the empty directory it creates",
+	"mount.nonempty":             "the driver mounts only on the empty directory it creates",
+	"credentials_file":           "credentials come from the volume's secret (nodePublishSecretRef)",
+	"s3.credentials_file":        "credentials come from the volume's secret (nodePublishSecretRef)",
+	"web_identity_token_file":    "the driver writes the pod's service-account token for the mount (authenticationSource: pod)",
+	"s3.web_identity_token_file": "the driver writes the pod's service-account token for the mount (authenticationSource: pod)",
 }
 
 // volumeSpec is one published volume: what is mounted where, and how.
@@ -60,12 +62,26 @@ type volumeSpec struct {
 	// Env is the credentials for the child's environment: never stored,
 	// logged or compared.
 	Env []string
+	// Audience is the audience of the pod's service-account token the
+	// volume is mounted with (authenticationSource: pod; "*" for the only
+	// one given), "" when it uses Env (podtoken.go).
+	Audience string
+	// Token is that token: never stored but in the volume's token file,
+	// never logged or compared.
+	Token string
+	// TokenFile is the file the mount reads the token from (the runner
+	// sets it: the volume directory's tokenFile).
+	TokenFile string
 }
 
 // Identity is what two publishes of one target must share to be the same
 // publish: everything but the credentials.
 func (s volumeSpec) Identity() string {
-	return fmt.Sprintf("volume=%q target=%q bucket=%q mode=%s options=%s", s.VolumeID, s.Target, s.Bucket, s.Mode, s.optionList())
+	id := fmt.Sprintf("volume=%q target=%q bucket=%q mode=%s options=%s", s.VolumeID, s.Target, s.Bucket, s.Mode, s.optionList())
+	if s.Audience != "" {
+		id += fmt.Sprintf(" auth=pod audience=%q", s.Audience)
+	}
+	return id
 }
 
 // ReadOnly reports whether the volume is mounted read-only.
@@ -89,14 +105,19 @@ func (s volumeSpec) optionList() string {
 }
 
 // mountArgs is the command line of the `fencefs mount` that publishes s,
-// with its cache and log under volDir. It holds no credential.
+// with its cache and log under volDir. It holds no credential: a pod's
+// token is named by its file.
 func (s volumeSpec) mountArgs(cacheDir, logFile string) []string {
+	opts := s.optionList()
+	if s.TokenFile != "" {
+		opts += ",web_identity_token_file=" + s.TokenFile
+	}
 	return []string{"mount", s.Bucket, s.Target,
 		// The node's /etc/fencefs/config.yaml (or the image's) must not
 		// change a volume behind its attributes.
 		"--config", "/dev/null",
 		"--cache-dir", cacheDir, "--log-file", logFile,
-		"-o", s.optionList()}
+		"-o", opts}
 }
 
 // invalid is an InvalidArgument status with a one-line message.
@@ -142,6 +163,21 @@ func parsePublish(req *csi.NodePublishVolumeRequest, driverEnv []string) (volume
 		// only root could use the volume.
 		s.Options["allow_other"] = "true"
 	}
+	aud, err := podAuthFrom("volume attribute", req.GetVolumeContext())
+	if err != nil {
+		return s, err
+	}
+	if aud != "" {
+		if len(req.GetSecrets()) > 0 {
+			return s, invalid("a volume with %s: %s is mounted with its pod's service-account token: give it no secret (nodePublishSecretRef)", AttrAuthenticationSource, AuthPod)
+		}
+		tok, err := podTokenFrom(req.GetVolumeContext(), aud)
+		if err != nil {
+			return s, err
+		}
+		s.Audience, s.Token = aud, tok
+		return s, nil
+	}
 	env, err := credentialsEnv(req.GetSecrets(), driverEnv)
 	if err != nil {
 		return s, err
@@ -164,7 +200,7 @@ func (s *volumeSpec) addAttributes(attrs map[string]string) error {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		if k == AttrBucket || strings.Contains(k, "/") {
+		if k == AttrBucket || podAuthAttrs[k] || strings.Contains(k, "/") {
 			continue
 		}
 		if err := s.setOption("volume attribute", k, attrs[k]); err != nil {

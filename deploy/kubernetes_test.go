@@ -342,7 +342,7 @@ func TestKubernetesManifestsSpeakTheBinarysLanguage(t *testing.T) {
 	if ep, addr := flagValue(t, cargs, "--endpoint"), flagValue(t, containerArgs(t, dep, "csi-provisioner"), "--csi-address"); ep != "unix://"+addr {
 		t.Errorf("the provisioner calls %s; the controller serves %s", addr, ep)
 	}
-	options := map[string]bool{csidriver.AttrBucket: true}
+	options := map[string]bool{csidriver.AttrBucket: true, csidriver.AttrAuthenticationSource: true, csidriver.AttrTokenAudience: true}
 	for _, s := range config.Settings() {
 		if s.Option != "" {
 			options[s.Option] = true

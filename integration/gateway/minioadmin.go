@@ -117,3 +117,9 @@ func encryptAdminData(password string, data []byte) ([]byte, error) {
 	out := append(append(append([]byte{}, salt...), 2), nonce...)
 	return aead.Seal(out, n, data, ad), nil
 }
+
+// AddPolicy creates (or replaces) the MinIO policy name with the policy
+// document doc (`mc admin policy create`).
+func (g *Gateway) AddPolicy(ctx context.Context, name, doc string) error {
+	return g.admin(ctx, http.MethodPut, "add-canned-policy", url.Values{"name": {name}}, []byte(doc))
+}
