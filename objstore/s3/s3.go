@@ -339,8 +339,8 @@ func (s *Store) CredentialsSource() string { return s.credsFrom }
 func (s *Store) CredentialsTried() string { return s.credsTried }
 
 // MakeBucket creates cfg.Bucket (in cfg.Region). A bucket that already
-// exists and is owned by the caller is not an error. Used by demos and
-// tests.
+// exists and is owned by the caller is not an error; one of another owner
+// is objstore.ErrConflict. Used by demos, tests and the CSI controller.
 func MakeBucket(ctx context.Context, cfg Config) error {
 	s, err := newStore(cfg)
 	if err != nil {
@@ -351,10 +351,37 @@ func MakeBucket(ctx context.Context, cfg Config) error {
 		if err == nil {
 			return nil
 		}
-		if minio.ToErrorResponse(err).Code == "BucketAlreadyOwnedByYou" {
+		switch minio.ToErrorResponse(err).Code {
+		case "BucketAlreadyOwnedByYou":
 			return nil
+		case "BucketAlreadyExists":
+			return fmt.Errorf("%w: bucket %q exists and is another owner's", objstore.ErrConflict, cfg.Bucket)
 		}
 		return s.classify(err, "make bucket", "")
+	})
+}
+
+// RemoveBucket deletes cfg.Bucket, which must be empty: a bucket that
+// still holds objects (or object versions) is objstore.ErrConflict and is
+// left as it is. A bucket that does not exist is not an error.
+func RemoveBucket(ctx context.Context, cfg Config) error {
+	s, err := newStore(cfg)
+	if err != nil {
+		return err
+	}
+	return s.call(ctx, "remove_bucket", false, func(ctx context.Context) error {
+		err := s.core.RemoveBucket(ctx, cfg.Bucket)
+		switch minio.ToErrorResponse(err).Code {
+		case "":
+			if err == nil {
+				return nil
+			}
+		case "NoSuchBucket":
+			return nil
+		case "BucketNotEmpty":
+			return fmt.Errorf("%w: bucket %q is not empty", objstore.ErrConflict, cfg.Bucket)
+		}
+		return s.classify(err, "remove bucket", "")
 	})
 }
 

@@ -192,6 +192,37 @@ func TestMakeBucket(t *testing.T) {
 	newStore(t, cfg)
 }
 
+// RemoveBucket removes an empty bucket, refuses one with an object
+// (ErrConflict, nothing removed), and a missing one is no error.
+func TestRemoveBucket(t *testing.T) {
+	gateway.ForEachServer(t, gateway.SingleDriveServers, func(t *testing.T, gw *gateway.Gateway) {
+		cfg := config(t, gw)
+		cfg.Bucket = "removed-by-objstore"
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := s3.MakeBucket(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		s := newStore(t, cfg)
+		storetest.MustPut(t, ctx, s, "k", []byte("x"), objstore.PutOptions{})
+		if err := s3.RemoveBucket(ctx, cfg); !errors.Is(err, objstore.ErrConflict) {
+			t.Fatalf("RemoveBucket of a bucket with an object: %v; want ErrConflict", err)
+		}
+		if err := s.Delete(ctx, "k", objstore.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s3.RemoveBucket(ctx, cfg); err != nil {
+			t.Fatalf("RemoveBucket of an empty bucket: %v", err)
+		}
+		if _, err := s3.New(ctx, cfg); !errors.Is(err, objstore.ErrNoBucket) {
+			t.Fatalf("after RemoveBucket: %v; want ErrNoBucket", err)
+		}
+		if err := s3.RemoveBucket(ctx, cfg); err != nil {
+			t.Fatalf("RemoveBucket of a missing bucket: %v", err)
+		}
+	})
+}
+
 func TestListPagination(t *testing.T) {
 	gw := gateway.ForTest(t)
 	cfg := config(t, gw)
