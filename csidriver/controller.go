@@ -64,10 +64,11 @@ type Controller struct {
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedControllerServer
 
-	opts ControllerOptions
-	log  *slog.Logger
-	open storeOpener
-	now  func() time.Time
+	opts    ControllerOptions
+	log     *slog.Logger
+	open    storeOpener
+	buckets bucketAdmin // bucket-per-volume volumes' buckets
+	now     func() time.Time
 
 	busy busyTargets // calls on one volume id, one at a time
 }
@@ -86,12 +87,22 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Controller{opts: opts, log: opts.Logger, now: time.Now}
-	c.open = c.openS3
+	c.open, c.buckets = c.openS3, s3Buckets{c}
 	return c, nil
 }
 
 // openS3 is the storeOpener of a real server.
 func (c *Controller) openS3(ctx context.Context, bucket string, secrets map[string]string) (objstore.Store, func(), error) {
+	st, err := s3.New(ctx, c.s3Config(bucket, secrets))
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, st.Close, nil
+}
+
+// s3Config is the configuration of a store of bucket with the credentials
+// of secrets (none: the controller's own).
+func (c *Controller) s3Config(bucket string, secrets map[string]string) s3.Config {
 	cfg := s3.Config{Endpoint: c.opts.Endpoint, Bucket: bucket, Region: c.opts.Region, PathStyle: c.opts.PathStyle,
 		CAFile: c.opts.CAFile, Logger: c.log}
 	if len(secrets) > 0 {
@@ -99,11 +110,7 @@ func (c *Controller) openS3(ctx context.Context, bucket string, secrets map[stri
 	} else {
 		cfg.WebIdentityTokenFile, cfg.RoleARN = c.opts.WebIdentityTokenFile, c.opts.RoleARN
 	}
-	st, err := s3.New(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return st, st.Close, nil
+	return cfg
 }
 
 // serverContext are the volume attributes of the controller's S3 server.
@@ -216,6 +223,13 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	defer c.busy.release(id)
 
+	if want.Kind == kindBucket {
+		if err := c.buckets.makeBucket(ctx, want.Bucket, req.GetSecrets()); errors.Is(err, objstore.ErrConflict) {
+			return nil, status.Errorf(codes.FailedPrecondition, "bucket %s of volume %q exists and is not the provisioner's credentials' own: %v", want.Bucket, req.GetName(), err)
+		} else if err != nil {
+			return nil, storeStatus(err, "bucket "+want.Bucket, req.GetSecrets())
+		}
+	}
 	st, closeStore, err := c.open(ctx, want.Bucket, req.GetSecrets())
 	if err != nil {
 		return nil, storeStatus(err, "bucket "+want.Bucket, req.GetSecrets())
@@ -359,6 +373,17 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	n, err := removePrefix(ctx, st, bucket, prefix)
 	if err != nil {
 		return nil, storeStatus(err, "volume "+id, req.GetSecrets())
+	}
+	if r.Kind == kindBucket {
+		putRecord := func() error {
+			body := encodeRecord(r)
+			_, err := st.Put(ctx, prefix+recordKey, bytes.NewReader(body), int64(len(body)),
+				objstore.PutOptions{Cond: objstore.Condition{IfNoneMatch: true}, ContentType: "application/json"})
+			return err
+		}
+		if err := c.removeBucketVolume(ctx, r, req.GetSecrets(), putRecord); err != nil {
+			return nil, storeStatus(err, "volume "+id, req.GetSecrets())
+		}
 	}
 	c.log.Info("volume deleted with its objects", "volume_id", id, "name", r.Name, "objects", n)
 	return &csi.DeleteVolumeResponse{}, nil

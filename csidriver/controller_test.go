@@ -23,6 +23,32 @@ type testController struct {
 	buckets map[string]*memstore.Store
 	// lastSecrets are the secrets of the last store opened.
 	lastSecrets map[string]string
+	// removeRefused makes removeBucket fail as a bucket not empty.
+	removeRefused bool
+}
+
+// makeBucket and removeBucket are the testController's bucketAdmin.
+func (tc *testController) makeBucket(_ context.Context, bucket string, _ map[string]string) error {
+	if _, ok := tc.buckets[bucket]; !ok {
+		tc.buckets[bucket] = memstore.New()
+	}
+	return nil
+}
+
+func (tc *testController) removeBucket(ctx context.Context, bucket string, _ map[string]string) error {
+	st, ok := tc.buckets[bucket]
+	if !ok {
+		return nil
+	}
+	empty := true
+	if err := st.List(ctx, "", "", func(objstore.Entry) error { empty = false; return io.EOF }); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	if !empty || tc.removeRefused {
+		return fmt.Errorf("%w: bucket %q is not empty", objstore.ErrConflict, bucket)
+	}
+	delete(tc.buckets, bucket)
+	return nil
 }
 
 func newTestController(t *testing.T, buckets ...string) *testController {
@@ -44,6 +70,7 @@ func newTestController(t *testing.T, buckets ...string) *testController {
 		}
 		return st, func() {}, nil
 	}
+	c.buckets = tc
 	return tc
 }
 

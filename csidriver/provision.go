@@ -68,6 +68,8 @@ type classParams struct {
 	Bucket     string
 	BasePrefix string // "" or ending in '/'
 	OnDelete   string // OnDeleteRetain or OnDeleteDelete
+	// PerVolume: each volume is a bucket of its own (bucketvolume.go).
+	PerVolume bool
 	// Attrs are the volume attributes passed through to the node (fencefs
 	// -o options), checked as NodePublishVolume checks them.
 	Attrs map[string]string
@@ -100,6 +102,12 @@ func parseClassParams(params map[string]string) (classParams, error) {
 				return p, err
 			}
 			p.BasePrefix = base
+		case k == ParamBucketPerVolume:
+			b, err := parseBoolParam(k, v)
+			if err != nil {
+				return p, err
+			}
+			p.PerVolume = b
 		case k == ParamOnDelete:
 			if v != OnDeleteRetain && v != OnDeleteDelete {
 				return p, invalid("parameter %s %q is not accepted (accepted: %s, %s)", ParamOnDelete, v, OnDeleteRetain, OnDeleteDelete)
@@ -117,7 +125,11 @@ func parseClassParams(params map[string]string) (classParams, error) {
 			}
 		}
 	}
-	if err := checkBucket("parameter "+ParamBucket, p.Bucket); err != nil {
+	if p.PerVolume {
+		if err := checkPerVolumeParams(p); err != nil {
+			return p, err
+		}
+	} else if err := checkBucket("parameter "+ParamBucket, p.Bucket); err != nil {
 		return p, err
 	}
 	// authenticationSource and tokenAudience reach the node as attributes
@@ -191,15 +203,23 @@ func volumeSegment(name string) string {
 	return strings.TrimLeft(head.String(), ".") + "-" + hex.EncodeToString(sum[:8])
 }
 
-// volumeID is the id of the volume at prefix (ending in '/') of bucket.
+// volumeID is the id of the volume at prefix (ending in '/') of bucket;
+// a bucket volume's (prefix "") is the bucket's name.
 func volumeID(bucket, prefix string) string {
+	if prefix == "" {
+		return bucket
+	}
 	return bucket + "/" + strings.TrimSuffix(prefix, "/")
 }
 
 // parseVolumeID is the bucket and prefix (ending in '/') of a volume id;
-// false for an id no CreateVolume of this controller returns. It never
-// yields an empty prefix: the bucket's top level is no volume.
+// false for an id no CreateVolume of this controller returns. The prefix
+// is "" only for an id without '/', a bucket volume's: the bucket's top
+// level is a volume only when its record says it is of kind bucket.
 func parseVolumeID(id string) (bucket, prefix string, ok bool) {
+	if !strings.Contains(id, "/") {
+		return id, "", validBucketName(id)
+	}
 	bucket, p, found := strings.Cut(id, "/")
 	if !found || p == "" || checkBucket("", bucket) != nil || checkPrefix(p) != nil || len(id) > maxVolumeID {
 		return "", "", false
@@ -222,9 +242,12 @@ type volumeRecord struct {
 	// Parameters are the StorageClass parameters, Context the volume
 	// context returned (what NodePublishVolume mounts).
 	Parameters map[string]string `json:"parameters"`
-	Context    map[string]string `json:"context"`
-	OnDelete   string            `json:"on_delete"`
-	CreatedAt  time.Time         `json:"created_at"`
+	// Kind is kindBucket for a volume that is a bucket of its own
+	// (Prefix ""), "" for a prefix of a bucket.
+	Kind      string            `json:"kind,omitempty"`
+	Context   map[string]string `json:"context"`
+	OnDelete  string            `json:"on_delete"`
+	CreatedAt time.Time         `json:"created_at"`
 	// RetainedAt is set by a DeleteVolume that kept the objects
 	// (OnDeleteRetain): the volume is gone for the CO, its data is not.
 	RetainedAt *time.Time `json:"retained_at,omitempty"`
@@ -232,11 +255,16 @@ type volumeRecord struct {
 
 // newRecord is the record of a volume made for req with p.
 func newRecord(req *csi.CreateVolumeRequest, p classParams, server map[string]string, now time.Time) volumeRecord {
-	prefix := p.BasePrefix + volumeSegment(req.GetName()) + "/"
-	ctx := map[string]string{AttrBucket: p.Bucket, "prefix": prefix, "fence_domain": "prefix"}
+	bucket, prefix, kind := p.Bucket, p.BasePrefix+volumeSegment(req.GetName())+"/", ""
+	ctx := map[string]string{AttrBucket: bucket, "prefix": prefix, "fence_domain": "prefix"}
+	if p.PerVolume {
+		// The bucket's own fence domain, the default.
+		bucket, prefix, kind = volumeBucketName(req.GetName()), "", kindBucket
+		ctx = map[string]string{AttrBucket: bucket}
+	}
 	maps.Copy(ctx, p.Attrs)
 	maps.Copy(ctx, server)
-	return volumeRecord{Format: recordFormat, Driver: Name, Name: req.GetName(), Bucket: p.Bucket, Prefix: prefix,
+	return volumeRecord{Format: recordFormat, Driver: Name, Name: req.GetName(), Bucket: bucket, Prefix: prefix, Kind: kind,
 		RequiredBytes: req.GetCapacityRange().GetRequiredBytes(), LimitBytes: req.GetCapacityRange().GetLimitBytes(),
 		Parameters: p.Given, Context: ctx, OnDelete: p.OnDelete, CreatedAt: now.UTC().Truncate(time.Second)}
 }
@@ -275,7 +303,7 @@ func decodeRecord(b []byte, bucket, prefix string) (volumeRecord, error) {
 	switch {
 	case r.Format > recordFormat:
 		return r, fmt.Errorf("s3://%s/%s%s has format %d, newer than this driver's %d: upgrade the controller", bucket, prefix, recordKey, r.Format, recordFormat)
-	case r.Driver != Name || r.Bucket != bucket || r.Prefix != prefix:
+	case r.Driver != Name || r.Bucket != bucket || r.Prefix != prefix || (r.Kind == kindBucket) != (prefix == ""):
 		return r, fmt.Errorf("s3://%s/%s%s is the record of s3://%s/%s (driver %q), not of this prefix", bucket, prefix, recordKey, r.Bucket, r.Prefix, r.Driver)
 	}
 	return r, nil

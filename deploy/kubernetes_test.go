@@ -375,7 +375,7 @@ func TestKubernetesManifestsSpeakTheBinarysLanguage(t *testing.T) {
 		}
 		params, _, _ := unstructured.NestedStringMap(m.obj.Object, "parameters")
 		for k := range params {
-			if !options[k] && k != csidriver.ParamPrefix && k != csidriver.ParamOnDelete && !strings.HasPrefix(k, "csi.storage.k8s.io/") {
+			if !options[k] && k != csidriver.ParamPrefix && k != csidriver.ParamOnDelete && k != csidriver.ParamBucketPerVolume && !strings.HasPrefix(k, "csi.storage.k8s.io/") {
 				t.Errorf("%s: parameter %s is neither the controller's nor a fencefs -o option", m, k)
 			}
 		}
