@@ -135,6 +135,10 @@ const (
 	// sweep's rewrite of an object that did (MetaSweptWID): our commit
 	// landed (an earlier attempt whose response was lost).
 	outcomeOurs outcome = iota
+	// outcomeLandedReplaced: a takeover sweep rewrote what our commit
+	// stored (its record names our write id) and a newer commit has
+	// replaced that rewrite since: our commit landed, its version is gone.
+	outcomeLandedReplaced
 	// outcomeFenced: the object was written by a newer epoch.
 	outcomeFenced
 	// outcomeCheck: someone else changed the key; validate the register
@@ -172,6 +176,9 @@ func resolve(kind writeKind, cur objstore.ObjectInfo, exists bool, epoch uint64,
 			// Ours, or a sweep's rewrite of ours (the same content):
 			// an attempt whose answer was lost landed.
 			return outcomeOurs
+		}
+		if kind == kindPut && parseRecord(cur.Meta[MetaSwept]).hasSweptWID(wid) {
+			return outcomeLandedReplaced
 		}
 		if st.Epoch > epoch {
 			return outcomeFenced

@@ -278,6 +278,9 @@ func (g *Guard) resolveTransient(ctx context.Context, m *mutation, err error) (i
 		case outcomeOurs, outcomeGone:
 			info, _, rerr := g.resolveFailed(ctx, m, cur, exists)
 			return info, true, rerr
+		case outcomeLandedReplaced:
+			_, _, rerr := g.resolveFailed(ctx, m, cur, exists)
+			return objstore.ObjectInfo{}, false, rerr
 		case outcomeFenced:
 			// A newer epoch wrote the key: the lost attempt, conditioned
 			// on our base, lands only if that base comes back, which the
@@ -314,6 +317,12 @@ func (g *Guard) resolveFailed(ctx context.Context, m *mutation, cur objstore.Obj
 		g.met.outcome(m.op, "resolved_ours")
 		g.tombs.committed(m)
 		return cur, nil, nil
+	case outcomeLandedReplaced:
+		// Neither refused (it landed, readers may have seen it) nor
+		// stored (its version is gone): unknown to the caller, EIO.
+		g.met.outcome(m.op, "landed_replaced")
+		return objstore.ObjectInfo{}, nil, unknownOutcome(m, fmt.Errorf("%s %s: our commit landed, was rewritten by a newer epoch's takeover sweep and has been replaced since: %s",
+			m.op, m.key, newerReason(m.key, cur.Meta, m.ts.token)))
 	case outcomeFenced:
 		g.met.outcome(m.op, "fenced")
 		if m.ts.mode != ModeOff {

@@ -98,6 +98,18 @@ func (r record) young(now time.Time, validity time.Duration) record {
 	return out
 }
 
+// sweptWIDPrefix marks a record entry that names no base but the write id
+// of the content a takeover sweep rewrote (sweptMeta). Commits carry it
+// with the record while it is young, so a writer whose commit landed
+// before the sweep and whose answer was lost finds it even after newer
+// commits replaced the rewrite (resolve). No ETag has this form.
+const sweptWIDPrefix = "wid:"
+
+// hasSweptWID reports whether r records a sweep of content of write id wid.
+func (r record) hasSweptWID(wid string) bool {
+	return wid != "" && r.has(sweptWIDPrefix+wid)
+}
+
 // has reports whether etag ("" = absent) is recorded.
 func (r record) has(etag string) bool {
 	if etag == "" {
@@ -127,7 +139,7 @@ type avoidSet map[string]bool
 
 func (a avoidSet) addAll(etags ...string) {
 	for _, e := range etags {
-		if e != "" && e != absentBase && e != spillMarker {
+		if e != "" && e != absentBase && e != spillMarker && !strings.HasPrefix(e, sweptWIDPrefix) {
 			a[objstore.NormalizeETag(e)] = true
 		}
 	}

@@ -200,3 +200,41 @@ func TestACommitThatLandedBeforeANewerEpochsSweepIsStored(t *testing.T) {
 		})
 	}
 }
+
+// TestACommitThatLandedAndWasReplacedAfterTheSweepIsUnknown: as above, but
+// epoch 2 also overwrites k before A's retry looks. A's commit landed
+// (readers may have seen it) and its version is gone: neither refused
+// (EROFS would say it never landed) nor stored — an unknown outcome (EIO).
+func TestACommitThatLandedAndWasReplacedAfterTheSweepIsUnknown(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	s := memstore.New()
+	a := newGuard(t, s, Config{Holder: "A"})
+	bind(t, ctx, a, 1)
+	base, err := gput(ctx, a, "lost/k", "v1", Version{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newGuard(t, s, Config{Holder: "B", ReleaseGrace: -1})
+	var once sync.Once
+	s.SetHook(func(hctx context.Context, ev memstore.Event) error {
+		if ev.Phase != memstore.PhaseAfter || ev.Op != memstore.OpPut || ev.Key != "lost/k" || ev.Err != nil || hctx.Value(holderKey{}) != "A" {
+			return nil
+		}
+		var hookErr error
+		once.Do(func() {
+			bind(t, ctx, b, 2)
+			if _, err := gput(ctx, b, "lost/k", "B's", VersionOf(readInfo(t, ctx, s, "lost/k"))); err != nil {
+				t.Errorf("B's write: %v", err)
+			}
+			hookErr = fmt.Errorf("%w: the answer was lost (test)", objstore.ErrPrecondition)
+		})
+		return hookErr
+	})
+	_, err = gput(context.WithValue(ctx, holderKey{}, "A"), a, "lost/k", "A's landed", VersionOf(base))
+	if WriteIDOfUnknown(err) == "" || errors.Is(err, ErrFenced) {
+		t.Fatalf("A's commit that landed and was replaced: %v; want an unknown outcome, not fenced", err)
+	}
+	if got, _, _ := read(t, ctx, s, "lost/k"); got != "B's" {
+		t.Fatalf("the key holds %q, want B's write", got)
+	}
+}

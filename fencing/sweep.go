@@ -364,6 +364,11 @@ func (sw *sweeper) sweptMeta(ctx context.Context, t sweepTarget, st sweepState, 
 	for b := range t.bases {
 		full = full.add(b, now)
 	}
+	if st.exists && !isTombstone(st.info) {
+		if w := sweptWID(st.info.Meta); w != "" {
+			full = full.add(sweptWIDPrefix+w, now)
+		}
+	}
 	avoid = avoidSet{}
 	for _, e := range full {
 		avoid.addAll(e.ETag)
