@@ -592,9 +592,10 @@ func (r *run) churnBatch(w *workerProc, s *slot, rng *rand.Rand, file string) (o
 
 // decide reads a mutation's outcome from its system calls: the first call
 // that stores (fsync, close, the dup's close, rename; a delete's directory
-// fsync) and succeeds decides it took effect; a definitive refusal before
-// any success decides it never did; errors of unknown outcome leave it
-// open.
+// fsync) and succeeds decides it took effect, unless a write(2) before it
+// failed with an errno of unknown outcome (then it stays open); a
+// definitive refusal before any success decides it never did; errors of
+// unknown outcome leave it open.
 func decide(kind Kind, flavor string, steps []Step) (Outcome, string, int64) {
 	stores := map[string]bool{"fsync": true, "close": true, "close-dup": true}
 	if flavor == "rename" {
@@ -606,7 +607,7 @@ func decide(kind Kind, flavor string, steps []Step) (Outcome, string, int64) {
 	if kind == KChmod {
 		stores = map[string]bool{"chmod": true}
 	}
-	unknown := ""
+	unknown, writeUnknown := "", ""
 	for _, s := range steps {
 		switch {
 		case s.Call == "open" && s.Errno != "":
@@ -616,6 +617,10 @@ func decide(kind Kind, flavor string, steps []Step) (Outcome, string, int64) {
 			// may land, whatever the close says (a fenced mount's close
 			// has nothing left to store and returns 0).
 			return Failed, "write " + s.Errno, 0
+		case s.Call == "write" && s.Errno != "":
+			// EIO and the like: the application cannot know what of
+			// the write landed, whatever the close says.
+			writeUnknown = "write " + s.Errno
 		case s.Call == "unlink" && s.Errno != "":
 			if definitive(s.Errno) {
 				return Failed, s.Errno, 0
@@ -627,6 +632,8 @@ func decide(kind Kind, flavor string, steps []Step) (Outcome, string, int64) {
 			return Failed, "tmp " + s.Errno, 0 // the rename was not tried
 		case !stores[s.Call]:
 			continue
+		case s.Errno == "" && writeUnknown != "":
+			return Unknown, writeUnknown, 0
 		case s.Errno == "":
 			return OK, "", s.T
 		case kind == KDelete:
