@@ -23,7 +23,8 @@ package fusefs
 // fenced this mount (EROFS), the object changed behind it (ESTALE), the
 // storage does not answer (EIO) — is logged, counted in
 // fencefs_fuse_delete_failures_total, reported by the next fsync(2) and by
-// the rmdir(2) of the directory, and the name shows the stored object
+// the rmdir(2) of the directory made by the process that unlinked it (each
+// such process once, dir.go: syncDeletes), and the name shows the stored object
 // again. No delete refused after a takeover is ever reported as done by an
 // fsync. A crash (kill -9) before a delete landed leaves the object in the
 // bucket: the name is back at the next mount, as an unlink that was never
@@ -36,6 +37,7 @@ import (
 	"sync"
 
 	"github.com/fencefs/fencefs/fencing"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // maxPendingDeletes bounds the deletes queued or in flight: an unlink past
@@ -63,7 +65,7 @@ type deleteWriteback struct {
 // entryDir is the directory an acknowledged delete's name left (a
 // dirNode): its next fsync reports the delete's failure.
 type entryDir interface {
-	deleteFailed(key string, err error)
+	deleteFailed(key string, err error, tgid uint32)
 }
 
 // pendingDelete is one acknowledged delete. err is set before done closes.
@@ -71,6 +73,7 @@ type pendingDelete struct {
 	key  string
 	base fencing.Version
 	bind fencing.Binding // what unlink acknowledged it under (held.go)
+	pid  uint32          // the unlink's thread (0: unknown): its process is told a failure
 	dir  entryDir
 	prev *pendingDelete // an earlier delete of the same name, still pending: sent after it
 	done chan struct{}
@@ -97,6 +100,9 @@ func (w *deleteWriteback) add(ctx context.Context, dir entryDir, key string, bas
 		return ctx.Err()
 	}
 	p := &pendingDelete{key: key, base: base, bind: fencing.BindingOf(ctx), dir: dir, done: make(chan struct{})}
+	if caller, ok := fuse.FromContext(ctx); ok {
+		p.pid = caller.Pid
+	}
 	w.mu.Lock()
 	p.prev = w.pending[key]
 	w.pending[key] = p
@@ -139,7 +145,11 @@ func (w *deleteWriteback) send(p *pendingDelete) {
 	err := w.del(p.key, p.base, p.bind)
 	if err != nil {
 		w.failed(p.key, err)
-		p.dir.deleteFailed(p.key, err)
+		var tgid uint32
+		if p.pid != 0 {
+			tgid = tgidOf(p.pid)
+		}
+		p.dir.deleteFailed(p.key, err, tgid)
 	}
 	w.mu.Lock()
 	if w.pending[p.key] == p {

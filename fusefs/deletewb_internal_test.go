@@ -16,11 +16,13 @@ import (
 type recordingDir struct {
 	mu     sync.Mutex
 	failed []string
+	tgids  []uint32
 }
 
-func (d *recordingDir) deleteFailed(key string, err error) {
+func (d *recordingDir) deleteFailed(key string, err error, tgid uint32) {
 	d.mu.Lock()
 	d.failed = append(d.failed, key)
+	d.tgids = append(d.tgids, tgid)
 	d.mu.Unlock()
 }
 

@@ -104,6 +104,16 @@ func (c *fileContent) callerMadeThem(ctx context.Context, writers []uint32) bool
 	return me == 0
 }
 
+// callerTgid is the process (thread group) of ctx's FUSE caller, 0 if
+// unknown.
+func callerTgid(ctx context.Context) uint32 {
+	caller, ok := fuse.FromContext(ctx)
+	if !ok {
+		return 0
+	}
+	return tgidOf(caller.Pid)
+}
+
 // tgidOf returns the process (thread group) of thread tid, read from
 // /proc (which never touches the mount); 0 if it is gone or unreadable.
 func tgidOf(tid uint32) uint32 {
