@@ -157,14 +157,24 @@ func readInfo(t *testing.T, ctx context.Context, s objstore.Store, key string) o
 	return info
 }
 
-// TestACommitThatLandedBeforeANewerEpochsSweepIsStored: A's commit of k
-// lands but its answer is lost (the retry's 412, or a reset) while epoch 2
-// binds and its takeover sweep rewrites k — A's content under a fresh
-// ETag. A's commit is stored: it returns the rewrite, not EROFS (a refusal
-// would say it never landed, and readers saw it) nor EIO.
-func TestACommitThatLandedBeforeANewerEpochsSweepIsStored(t *testing.T) {
-	for _, loss := range []error{objstore.ErrPrecondition, objstore.ErrUnavailable} {
-		t.Run(loss.Error(), func(t *testing.T) {
+// TestACommitThatLandedBeforeANewerEpochsSweep: A's commit of k lands but
+// its answer is lost (the retry's 412, or a reset) while epoch 2 binds and
+// its takeover sweep rewrites k — A's content under a fresh ETag. While k
+// is that rewrite, A's commit is stored (it returns the rewrite); once
+// epoch 2 has overwritten it too, A's commit landed and its version is
+// gone: an unknown outcome (EIO). Never a refusal (EROFS would say it
+// never landed, and readers saw it).
+func TestACommitThatLandedBeforeANewerEpochsSweep(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		loss      error
+		overwrite bool // epoch 2 writes k after its sweep, before A's retry
+	}{
+		{"answer lost to a 412, the key still the sweep's rewrite: stored", objstore.ErrPrecondition, false},
+		{"answer lost to a reset, the key still the sweep's rewrite: stored", objstore.ErrUnavailable, false},
+		{"answer lost, the rewrite overwritten since: unknown", objstore.ErrPrecondition, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 30*time.Second)
 			s := memstore.New()
 			a := newGuard(t, s, Config{Holder: "A"})
@@ -182,15 +192,29 @@ func TestACommitThatLandedBeforeANewerEpochsSweepIsStored(t *testing.T) {
 				var hookErr error
 				once.Do(func() {
 					bind(t, ctx, b, 2)
-					hookErr = fmt.Errorf("%w: the answer was lost (test)", loss)
+					if tc.overwrite {
+						if _, err := gput(ctx, b, "lost/k", "B's", VersionOf(readInfo(t, ctx, s, "lost/k"))); err != nil {
+							t.Errorf("B's write: %v", err)
+						}
+					}
+					hookErr = fmt.Errorf("%w: the answer was lost (test)", tc.loss)
 				})
 				return hookErr
 			})
 			info, err := gput(context.WithValue(ctx, holderKey{}, "A"), a, "lost/k", "A's landed", VersionOf(base))
+			got, cur, _ := read(t, ctx, s, "lost/k")
+			if tc.overwrite {
+				if WriteIDOfUnknown(err) == "" || errors.Is(err, ErrFenced) {
+					t.Fatalf("A's commit that landed and was replaced: %v; want an unknown outcome, not fenced", err)
+				}
+				if got != "B's" {
+					t.Fatalf("the key holds %q, want B's write", got)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("A's commit that landed before the sweep: %v", err)
 			}
-			got, cur, _ := read(t, ctx, s, "lost/k")
 			if got != "A's landed" || cur.Meta[MetaSweptFrom] == "" {
 				t.Fatalf("the key holds %q %v: not the sweep's rewrite of A's commit", got, cur.Meta)
 			}
@@ -198,43 +222,5 @@ func TestACommitThatLandedBeforeANewerEpochsSweepIsStored(t *testing.T) {
 				t.Errorf("A's commit returned version %s, the key holds %s", info.ETag, cur.ETag)
 			}
 		})
-	}
-}
-
-// TestACommitThatLandedAndWasReplacedAfterTheSweepIsUnknown: as above, but
-// epoch 2 also overwrites k before A's retry looks. A's commit landed
-// (readers may have seen it) and its version is gone: neither refused
-// (EROFS would say it never landed) nor stored — an unknown outcome (EIO).
-func TestACommitThatLandedAndWasReplacedAfterTheSweepIsUnknown(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	s := memstore.New()
-	a := newGuard(t, s, Config{Holder: "A"})
-	bind(t, ctx, a, 1)
-	base, err := gput(ctx, a, "lost/k", "v1", Version{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := newGuard(t, s, Config{Holder: "B", ReleaseGrace: -1})
-	var once sync.Once
-	s.SetHook(func(hctx context.Context, ev memstore.Event) error {
-		if ev.Phase != memstore.PhaseAfter || ev.Op != memstore.OpPut || ev.Key != "lost/k" || ev.Err != nil || hctx.Value(holderKey{}) != "A" {
-			return nil
-		}
-		var hookErr error
-		once.Do(func() {
-			bind(t, ctx, b, 2)
-			if _, err := gput(ctx, b, "lost/k", "B's", VersionOf(readInfo(t, ctx, s, "lost/k"))); err != nil {
-				t.Errorf("B's write: %v", err)
-			}
-			hookErr = fmt.Errorf("%w: the answer was lost (test)", objstore.ErrPrecondition)
-		})
-		return hookErr
-	})
-	_, err = gput(context.WithValue(ctx, holderKey{}, "A"), a, "lost/k", "A's landed", VersionOf(base))
-	if WriteIDOfUnknown(err) == "" || errors.Is(err, ErrFenced) {
-		t.Fatalf("A's commit that landed and was replaced: %v; want an unknown outcome, not fenced", err)
-	}
-	if got, _, _ := read(t, ctx, s, "lost/k"); got != "B's" {
-		t.Fatalf("the key holds %q, want B's write", got)
 	}
 }
