@@ -115,6 +115,23 @@ func sealed(ctx context.Context, s objstore.Store, a *Guard) bool {
 // back, which epoch 2's record prevents for as long as A's journal keeps
 // the entry — and it does, as an orphan that no release drops.
 func TestALostCommitOnAKeyANewerEpochWroteIsFenced(t *testing.T) {
+	a, _, _, err := lostCommit(t, memstore.PhaseBefore, true, objstore.ErrUnavailable)
+	mustFenced(t, "A's commit whose response was lost after epoch 2 wrote the key", err, "")
+	a.intents.mu.Lock()
+	orphan := a.intents.jr != nil && a.intents.jr.orphans["lost/k"] != nil
+	a.intents.mu.Unlock()
+	if !orphan {
+		t.Error("A's journal no longer names the lost commit's base: a release would drop it")
+	}
+}
+
+// lostCommit runs A's commit of "A's commit" to lost/k (A bound to epoch 1,
+// k at v1) whose answer is lost with loss: before the PUT is applied
+// (PhaseBefore) or after (PhaseAfter). At that moment B binds epoch 2 (its
+// sweep re-stamps k) and, with overwrite, writes "B's" over k. It returns
+// A, the store, and A's result.
+func lostCommit(t *testing.T, phase memstore.Phase, overwrite bool, loss error) (*Guard, *memstore.Store, objstore.ObjectInfo, error) {
+	t.Helper()
 	ctx := testCtx(t, 30*time.Second)
 	s := memstore.New()
 	a := newGuard(t, s, Config{Holder: "A"})
@@ -126,27 +143,23 @@ func TestALostCommitOnAKeyANewerEpochWroteIsFenced(t *testing.T) {
 	b := newGuard(t, s, Config{Holder: "B", ReleaseGrace: -1})
 	var once sync.Once
 	s.SetHook(func(hctx context.Context, ev memstore.Event) error {
-		if ev.Phase != memstore.PhaseBefore || ev.Op != memstore.OpPut || ev.Key != "lost/k" || hctx.Value(holderKey{}) != "A" {
+		if ev.Phase != phase || ev.Op != memstore.OpPut || ev.Key != "lost/k" || ev.Err != nil || hctx.Value(holderKey{}) != "A" {
 			return nil
 		}
 		var hookErr error
 		once.Do(func() {
 			bind(t, ctx, b, 2)
-			if _, err := gput(ctx, b, "lost/k", "B's", VersionOf(readInfo(t, ctx, s, "lost/k"))); err != nil {
-				t.Errorf("B's write: %v", err)
+			if overwrite {
+				if _, err := gput(ctx, b, "lost/k", "B's", VersionOf(readInfo(t, ctx, s, "lost/k"))); err != nil {
+					t.Errorf("B's write: %v", err)
+				}
 			}
-			hookErr = fmt.Errorf("%w: connection reset (test)", objstore.ErrUnavailable)
+			hookErr = fmt.Errorf("%w: the answer was lost (test)", loss)
 		})
 		return hookErr
 	})
-	_, err = gput(context.WithValue(ctx, holderKey{}, "A"), a, "lost/k", "A's late", VersionOf(base))
-	mustFenced(t, "A's commit whose response was lost after epoch 2 wrote the key", err, "")
-	a.intents.mu.Lock()
-	orphan := a.intents.jr != nil && a.intents.jr.orphans["lost/k"] != nil
-	a.intents.mu.Unlock()
-	if !orphan {
-		t.Error("A's journal no longer names the lost commit's base: a release would drop it")
-	}
+	info, err := gput(context.WithValue(ctx, holderKey{}, "A"), a, "lost/k", "A's commit", VersionOf(base))
+	return a, s, info, err
 }
 
 type holderKey struct{}
@@ -175,33 +188,8 @@ func TestACommitThatLandedBeforeANewerEpochsSweep(t *testing.T) {
 		{"answer lost, the rewrite overwritten since: unknown", objstore.ErrPrecondition, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := testCtx(t, 30*time.Second)
-			s := memstore.New()
-			a := newGuard(t, s, Config{Holder: "A"})
-			bind(t, ctx, a, 1)
-			base, err := gput(ctx, a, "lost/k", "v1", Version{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b := newGuard(t, s, Config{Holder: "B", ReleaseGrace: -1})
-			var once sync.Once
-			s.SetHook(func(hctx context.Context, ev memstore.Event) error {
-				if ev.Phase != memstore.PhaseAfter || ev.Op != memstore.OpPut || ev.Key != "lost/k" || ev.Err != nil || hctx.Value(holderKey{}) != "A" {
-					return nil
-				}
-				var hookErr error
-				once.Do(func() {
-					bind(t, ctx, b, 2)
-					if tc.overwrite {
-						if _, err := gput(ctx, b, "lost/k", "B's", VersionOf(readInfo(t, ctx, s, "lost/k"))); err != nil {
-							t.Errorf("B's write: %v", err)
-						}
-					}
-					hookErr = fmt.Errorf("%w: the answer was lost (test)", tc.loss)
-				})
-				return hookErr
-			})
-			info, err := gput(context.WithValue(ctx, holderKey{}, "A"), a, "lost/k", "A's landed", VersionOf(base))
+			_, s, info, err := lostCommit(t, memstore.PhaseAfter, tc.overwrite, tc.loss)
+			ctx := testCtx(t, 10*time.Second)
 			got, cur, _ := read(t, ctx, s, "lost/k")
 			if tc.overwrite {
 				if WriteIDOfUnknown(err) == "" || errors.Is(err, ErrFenced) {
@@ -215,7 +203,7 @@ func TestACommitThatLandedBeforeANewerEpochsSweep(t *testing.T) {
 			if err != nil {
 				t.Fatalf("A's commit that landed before the sweep: %v", err)
 			}
-			if got != "A's landed" || cur.Meta[MetaSweptFrom] == "" {
+			if got != "A's commit" || cur.Meta[MetaSweptFrom] == "" {
 				t.Fatalf("the key holds %q %v: not the sweep's rewrite of A's commit", got, cur.Meta)
 			}
 			if info.ETag != cur.ETag {

@@ -91,17 +91,16 @@ func (c *fileContent) takeRefusal(ctx context.Context) error {
 // callerMadeThem reports whether the caller of ctx belongs to a process of
 // one of the writer threads (or cannot be told apart from one).
 func (c *fileContent) callerMadeThem(ctx context.Context, writers []uint32) bool {
-	caller, ok := fuse.FromContext(ctx)
-	if !ok || len(writers) == 0 {
+	me := callerTgid(ctx)
+	if me == 0 || len(writers) == 0 {
 		return true
 	}
-	me := tgidOf(caller.Pid)
 	for _, w := range writers {
 		if t := tgidOf(w); t == 0 || t == me {
 			return true
 		}
 	}
-	return me == 0
+	return false
 }
 
 // callerTgid is the process (thread group) of ctx's FUSE caller, 0 if
