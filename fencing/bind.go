@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/fencefs/fencefs/objstore"
 )
@@ -96,7 +97,14 @@ func (g *Guard) bindOnce(ctx context.Context, token uint64) (uint64, error) {
 	g.log.Info("bound fencing token; sweeping older epochs' intents", "token", n, "holder", g.holder)
 
 	ts := tokenState{mode: g.cfg.Mode, token: n, claim: claim}
-	err = g.sweeper(ts).run(ctx)
+	sw := g.sweeper(ts)
+	// Besides what it lists, the sweep reads by name the intents of the
+	// bindings our register names as not yet sealed, and our own (a
+	// journal of this binding sealed by a binder that then lost the
+	// register: swept and deleted, so that the journal can be created
+	// again).
+	sw.named = g.lay.named(append(replaced.own.Unsealed, claimRef{Epoch: n, ClaimID: claim}))
+	err = sw.run(ctx)
 	if err == nil && g.cfg.Mode == ModeStrict {
 		// The journal exists before the validation below: any binder of a
 		// newer epoch raised after that validation lists (and seals) it.
@@ -151,10 +159,12 @@ func (g *Guard) undrain() {
 // claimed is the register a bind's claim found in place when it succeeded:
 // the one its compare-and-swap replaced, or the one that already named the
 // claim. known is false when the bind cannot tell (its own earlier CAS
-// whose response was lost): then it may have replaced anything.
+// whose response was lost): then it may have replaced anything. own is the
+// register that names the claim (written by the CAS, or read).
 type claimed struct {
 	reg   Register
 	known bool
+	own   Register
 }
 
 // claimExplicit reserves token and raises the register to it.
@@ -172,7 +182,7 @@ func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (
 		case bindDone:
 			// The register names our claim: a repeated bind of the
 			// binding we hold, or our own CAS whose answer was lost.
-			return token, claimed{reg: reg, known: !raised}, nil
+			return token, claimed{reg: reg, known: !raised, own: reg}, nil
 		}
 		if !reserved {
 			if err := g.reserve(ctx, token, claim); err != nil {
@@ -180,9 +190,9 @@ func (g *Guard) claimExplicit(ctx context.Context, token uint64, claim string) (
 			}
 			reserved = true
 		}
-		ok, err := g.raise(ctx, reg, etag, exists, token, claim)
+		own, ok, err := g.raise(ctx, reg, etag, exists, token, claim)
 		if ok {
-			return token, claimed{reg: reg, known: exists}, nil
+			return token, claimed{reg: reg, known: exists, own: own}, nil
 		}
 		if err != nil {
 			return 0, claimed{}, err
@@ -225,9 +235,9 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 			}
 			return 0, claimed{}, err
 		}
-		ok, err := g.raise(ctx, reg, etag, exists, n, claim)
+		own, ok, err := g.raise(ctx, reg, etag, exists, n, claim)
 		if ok {
-			return n, claimed{reg: reg, known: exists}, nil
+			return n, claimed{reg: reg, known: exists, own: own}, nil
 		}
 		if err != nil {
 			return 0, claimed{}, err
@@ -235,7 +245,7 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 		// The register moved (or our CAS response was lost): re-read.
 		again, _, _, err := g.readNoted(ctx)
 		if err == nil && again.Epoch == n && again.ClaimID == claim {
-			return n, claimed{}, nil // what our CAS replaced is unknown
+			return n, claimed{own: again}, nil // what our CAS replaced is unknown
 		}
 		maxRes = n
 		if berr := backoff(ctx, min(attempt, 3)); berr != nil {
@@ -246,19 +256,73 @@ func (g *Guard) claimAuto(ctx context.Context, claim string, current uint64) (ui
 }
 
 // sealOlder seals the intent journals of every epoch <= n (other than this
-// Guard's live one) before the register is raised to n, so that an older
-// writer is fenced from the moment the raise is visible — also when this
-// binder dies right after it. A journal whose writer is too busy to be
-// sealed in a few attempts is left for the sweep, which lists and seals
-// again after the raise (for journals created meanwhile too); that writer
-// then stops at its next register read (regCheckEvery).
-func (g *Guard) sealOlder(ctx context.Context, n uint64, claim string) error {
-	_, _, err := g.sweeper(tokenState{mode: g.cfg.Mode, token: n, claim: claim}).collect(ctx, preRaiseSealAttempts, false)
+// Guard's live one) before the register is raised to n from reg (exists:
+// there is one), so that an older writer is fenced from the moment the
+// raise is visible — also when this binder dies right after it. Besides
+// what it lists, it reads by name the journals of reg's binding and of
+// reg.Unsealed (claimRef). A journal whose writer is too busy to be sealed
+// in a few attempts is left for the sweep, which seals again after the
+// raise (journals created meanwhile too); that writer then stops at its
+// next register read (regCheckEvery).
+//
+// It returns what the raise records as unsealed (Register.Unsealed): reg's
+// binding, and reg.Unsealed unless reg's own sweep completed (its swept
+// marker names reg's claim).
+func (g *Guard) sealOlder(ctx context.Context, reg Register, exists bool, n uint64, claim string) ([]claimRef, error) {
+	if !exists {
+		_, _, err := g.sweeper(tokenState{mode: g.cfg.Mode, token: n, claim: claim}).collect(ctx, preRaiseSealAttempts, false)
+		return nil, sealOlderErr(g, n, err)
+	}
+	unsealed := unsealedAfter(reg, claim)
+	var swept bool
+	err := forEach(ctx, 2, func(ctx context.Context, i int) error {
+		if i == 1 {
+			swept = g.sweptBy(ctx, reg)
+			return nil
+		}
+		sw := g.sweeper(tokenState{mode: g.cfg.Mode, token: n, claim: claim})
+		sw.named = g.lay.named(unsealed)
+		_, _, err := sw.collect(ctx, preRaiseSealAttempts, false)
+		return sealOlderErr(g, n, err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if swept {
+		unsealed = unsealedAfter(Register{Epoch: reg.Epoch, ClaimID: reg.ClaimID}, claim)
+	}
+	return unsealed, nil
+}
+
+// sealOlderErr is the error of a pre-raise seal: nil when it only could
+// not get through a busy writer's journal (logged).
+func sealOlderErr(g *Guard, n uint64, err error) error {
 	if errors.Is(err, errSealContended) {
 		g.log.Info("an older writer is busy: its intent journal is sealed after the register is raised", "epoch", n, "err", err)
 		return nil
 	}
 	return err
+}
+
+// unsealedAfter is what a raise from reg by claim records as unsealed,
+// before it knows whether reg's sweep completed: reg's binding, then
+// reg.Unsealed (never claim's own binding, nor one twice).
+func unsealedAfter(reg Register, claim string) []claimRef {
+	var out []claimRef
+	for _, r := range append([]claimRef{{Epoch: reg.Epoch, ClaimID: reg.ClaimID}}, reg.Unsealed...) {
+		if r.ClaimID != "" && r.ClaimID != claim && !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// sweptBy reports whether the takeover sweep of reg's binding completed:
+// its swept marker names reg's claim (false when unknown).
+func (g *Guard) sweptBy(ctx context.Context, reg Register) bool {
+	var m sweptMarkerDoc
+	_, err := g.readDoc(ctx, g.lay.sweptMarker(reg.Epoch), "swept marker", 1<<20, &m, func() int { return m.Format })
+	return err == nil && m.Epoch == reg.Epoch && m.ClaimID != "" && m.ClaimID == reg.ClaimID
 }
 
 // reserve creates epochs/<n> once. An existing reservation is fine if it is
@@ -285,19 +349,21 @@ func (g *Guard) reserve(ctx context.Context, n uint64, claim string) error {
 }
 
 // raise seals the older epochs' intent journals (sealOlder), then raises
-// the register to n (casRegister).
-func (g *Guard) raise(ctx context.Context, reg Register, etag string, exists bool, n uint64, claim string) (bool, error) {
-	if err := g.sealOlder(ctx, n, claim); err != nil {
-		return false, err
+// the register to n (casRegister), and returns the register it wrote.
+func (g *Guard) raise(ctx context.Context, reg Register, etag string, exists bool, n uint64, claim string) (Register, bool, error) {
+	unsealed, err := g.sealOlder(ctx, reg, exists, n, claim)
+	if err != nil {
+		return Register{}, false, err
 	}
-	return g.casRegister(ctx, reg, etag, exists, n, claim)
+	return g.casRegister(ctx, reg, etag, exists, n, claim, unsealed)
 }
 
 // casRegister raises the register from the version read (etag; exists=false:
-// none) to epoch n with our claim. ok=false, err=nil means the
-// precondition failed (re-read and re-decide).
-func (g *Guard) casRegister(ctx context.Context, prev Register, etag string, exists bool, n uint64, claim string) (bool, error) {
-	doc := Register{Format: FormatVersion, Epoch: n, Holder: g.holder, ClaimID: claim, ClaimedAt: g.cfg.Now().UTC()}
+// none) to epoch n with our claim and the bindings unsealed, and returns
+// what it wrote. ok=false, err=nil means the precondition failed (re-read
+// and re-decide).
+func (g *Guard) casRegister(ctx context.Context, prev Register, etag string, exists bool, n uint64, claim string, unsealed []claimRef) (Register, bool, error) {
+	doc := Register{Format: FormatVersion, Epoch: n, Holder: g.holder, ClaimID: claim, ClaimedAt: g.cfg.Now().UTC(), Unsealed: unsealed}
 	if exists {
 		doc.PrevEpoch = prev.Epoch
 	}
@@ -309,13 +375,13 @@ func (g *Guard) casRegister(ctx context.Context, prev Register, etag string, exi
 	switch {
 	case err == nil:
 		g.noteRegister(doc, objstore.NormalizeETag(info.ETag))
-		return true, nil
+		return doc, true, nil
 	case errors.Is(err, objstore.ErrPrecondition), isTransient(err):
-		return false, nil
+		return Register{}, false, nil
 	case ctx.Err() != nil:
-		return false, err
+		return Register{}, false, err
 	}
-	return false, unverifiedErr("raising the register to %d: %w", n, err)
+	return Register{}, false, unverifiedErr("raising the register to %d: %w", n, err)
 }
 
 // maxReservation returns the highest reserved epoch (0 if none).

@@ -89,14 +89,18 @@
 //     once no commit needs it; never after an unknown outcome: the next
 //     sweep must see it.
 //
-// Why it is exact: B binds N+1 by sealing every older journal it lists (a
-// read, then a write with If-Match on the ETag read, retried until no
-// write of the journal's owner came between; the owner stops writing once
-// refused), raising the register (t1), then listing and sealing again (t2)
-// for journals created meanwhile. A (epoch N) created its journal during
-// its own binding before the validation that made it active, so B's second
-// listing finds it unless A's binding validated after t1, saw N+1, and A
-// never became active. If A's journal
+// Why it is exact: B binds N+1 by sealing every older journal it lists or
+// reads by name (a read, then a write with If-Match on the ETag read,
+// retried until no write of the journal's owner came between; the owner
+// stops writing once refused), raising the register (t1), then sealing
+// again (t2) for journals created meanwhile. A journal is named after its
+// binding, and B reads by name those of the binding in the register it
+// replaces and of the register's Unsealed bindings (a listing may miss a
+// journal that is being rewritten; see claimRef). A (epoch N) created its
+// journal during its own binding before the validation that made it
+// active, so at t2 B reads it unless A's binding validated after t1, saw
+// N+1, and A never became active, or a completed sweep sealed it and swept
+// what it named already. If A's journal
 // write naming key K succeeded, it happened before B's seal, so the sealed
 // content names K and B's sweep changes K's version: A's commit, whenever
 // it arrives, fails its precondition, unless it landed before the sweep,

@@ -10,7 +10,7 @@ import (
 )
 
 // A strict Guard keeps its intents in one journal object per binding,
-// intents/<N>/<claim>-<id>, instead of one object per key (docs/DECISIONS.md
+// intents/<N>/<claim>-journal, instead of one object per key (docs/DECISIONS.md
 // "Intent journals"). The journal is created when the binding's sweep is
 // done and before the validation that makes the Guard active; from then on
 // only this Guard writes it, each time with If-Match on the ETag of its own
@@ -62,7 +62,7 @@ func (ij *intentJournal) createJournal(ctx context.Context, ts tokenState) error
 	ij.mu.Unlock()
 	jr := &journal{
 		objects: ij.objects,
-		name:    ij.lay.intent(ts.token, ts.claim[:min(8, len(ts.claim))]+"-"+randomID(8)),
+		name:    ij.lay.journal(ts.token, ts.claim),
 		epoch:   ts.token,
 		claim:   ts.claim,
 		orphans: map[string]map[string]bool{},

@@ -38,6 +38,27 @@ func (l layout) intentDir(n uint64) string   { return l.base + intentsDir + epoc
 func (l layout) intent(n uint64, id string) string {
 	return l.intentDir(n) + id
 }
+
+// journalSuffix ends the name of a binding's intent journal.
+const journalSuffix = "-journal"
+
+// journal is the name of the intent journal of binding (n, claim), and
+// sweepIntent that of its takeover sweep's intent: both follow from the
+// binding, so that a binder reads them without a listing (see claimRef).
+func (l layout) journal(n uint64, claim string) string { return l.intent(n, claim+journalSuffix) }
+func (l layout) sweepIntent(n uint64, claim string) string {
+	return l.intent(n, claim+"-sweep")
+}
+
+// named returns the intent objects bindings may have written (their
+// journals and sweep intents), for a sweep to read by name.
+func (l layout) named(refs []claimRef) []string {
+	var out []string
+	for _, r := range refs {
+		out = append(out, l.journal(r.Epoch, r.ClaimID), l.sweepIntent(r.Epoch, r.ClaimID))
+	}
+	return out
+}
 func (l layout) sweptPrefix() string         { return l.base + sweptDir }
 func (l layout) sweptMarker(n uint64) string { return l.base + sweptDir + epochName(n) }
 
@@ -68,6 +89,27 @@ type Register struct {
 	ClaimID   string    `json:"claim_id"`
 	PrevEpoch uint64    `json:"prev_epoch"`
 	ClaimedAt time.Time `json:"claimed_at"`
+	// Unsealed names the bindings whose intents the binder that wrote
+	// this register had not yet sealed and swept when it raised it: the
+	// binding it replaced, and those of the register it replaced that its
+	// pre-raise seal could not get through. Its own sweep reads them by
+	// name, and so does the next binder should it die first (claimRef).
+	Unsealed []claimRef `json:"unsealed,omitempty"`
+}
+
+// claimRef names one binding: an epoch and the claim that bound it.
+//
+// A binder seals every older intent journal it finds by listing intents/,
+// but a listing cannot be trusted to show an object that is being
+// overwritten while it lists (a 4-drive MinIO leaves one out now and
+// then), and a busy writer's journal is exactly that. So the journal and
+// the sweep intent of a binding are named after it (layout.journal), and
+// the register carries the bindings a binder must read by name: the one
+// it replaces (whose writer may be busy) and those left unsealed by a
+// binder that died between its raise and its sweep (Register.Unsealed).
+type claimRef struct {
+	Epoch   uint64 `json:"epoch"`
+	ClaimID string `json:"claim_id"`
 }
 
 // reservation is the content of epochs/<N>.
@@ -120,6 +162,7 @@ type sweptMarkerDoc struct {
 	Format  int       `json:"format"`
 	Epoch   uint64    `json:"epoch"`
 	Holder  string    `json:"holder"`
+	ClaimID string    `json:"claim_id,omitempty"`
 	Intents int       `json:"intents"`
 	Keys    int       `json:"keys"`
 	Done    time.Time `json:"done"`

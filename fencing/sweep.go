@@ -31,10 +31,14 @@ type sweepTarget struct {
 // that a tombstone was written).
 type sweeper struct {
 	objects
-	ts       tokenState
-	live     map[string]bool // intent objects of this Guard: not an older writer's
-	validity time.Duration   // Config.SignedRequestValidity
-	grace    time.Duration   // Config.ReleaseGrace
+	ts   tokenState
+	live map[string]bool // intent objects of this Guard: not an older writer's
+	// named are intent objects to read by name besides those listed
+	// (claimRef): a listing may leave out a journal its writer is
+	// rewriting.
+	named    []string
+	validity time.Duration // Config.SignedRequestValidity
+	grace    time.Duration // Config.ReleaseGrace
 	log      *slog.Logger
 	met      *metrics
 	hook     func(ctx context.Context, key string) error // Hooks.BeforeSweepKey
@@ -77,7 +81,7 @@ func (sw *sweeper) run(ctx context.Context) error {
 		return sw.deleteIntents(ctx, names)
 	}
 	sw.log.Info("takeover sweep", "epoch", ts.token, "intents", len(names), "keys", len(targets))
-	si := &sweepIntent{sw: sw, name: sw.lay.intent(ts.token, ts.claim+"-sweep"), keys: map[string]map[string]bool{}}
+	si := &sweepIntent{sw: sw, name: sw.lay.sweepIntent(ts.token, ts.claim), keys: map[string]map[string]bool{}}
 	// Stat every key first so that one intent write and one validation
 	// cover every rewrite in the common case.
 	found := make([]sweepState, len(targets))
@@ -112,8 +116,9 @@ func (sw *sweeper) run(ctx context.Context) error {
 	return sw.deleteIntents(ctx, append(names, si.name))
 }
 
-// collect lists and reads the intents of epochs <= ts.token (skipping this
-// Guard's live journal), sealing every intent journal among them (at most
+// collect lists and reads the intents of epochs <= ts.token, and those
+// named (sw.named; one that does not exist is skipped), skipping this
+// Guard's live journal, sealing every intent journal among them (at most
 // sealAttempts tries each), and groups them by target key. With releases,
 // a sealed journal's entries are those its owner's release names, if one
 // comes within the grace (release.go); the names returned then include
@@ -133,16 +138,24 @@ func (sw *sweeper) collect(ctx context.Context, sealAttempts int, releases bool)
 		return nil, nil, unverifiedErr("listing intents: %w", err)
 	}
 	var names []string
+	seen := map[string]bool{}
+	add := func(name string) {
+		if !live[name] && !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
 	for _, d := range dirs {
 		err := sw.store.List(ctx, sw.lay.intentDir(d), "", func(e objstore.Entry) error {
-			if !live[e.Key] {
-				names = append(names, e.Key)
-			}
+			add(e.Key)
 			return nil
 		})
 		if err != nil {
 			return nil, nil, unverifiedErr("listing intents of epoch %d: %w", d, err)
 		}
+	}
+	for _, name := range sw.named {
+		add(name)
 	}
 	docs := make([]*intentDoc, len(names))
 	if err := forEach(ctx, len(names), func(ctx context.Context, i int) error {
@@ -165,6 +178,16 @@ func (sw *sweeper) collect(ctx context.Context, sealAttempts int, releases bool)
 	}); err != nil {
 		return nil, nil, err
 	}
+	// Keep what was found: an intent gone by the time it was read (its
+	// writer settled, or a name that was never written) needs no deletion.
+	found := 0
+	for i := range names {
+		if docs[i] != nil {
+			names[found], docs[found] = names[i], docs[i]
+			found++
+		}
+	}
+	names, docs = names[:found], docs[:found]
 	if releases {
 		names = append(names, sw.awaitReleases(ctx, names, docs)...)
 	}
@@ -481,7 +504,7 @@ func (sw *sweeper) deleteIntents(ctx context.Context, names []string) error {
 // writeSweptMarker records that the sweep of epoch completed (gc uses it to
 // know which intents are garbage). Best effort.
 func (sw *sweeper) writeSweptMarker(ctx context.Context, epoch uint64, intents, keys int) {
-	doc := sweptMarkerDoc{Format: FormatVersion, Epoch: epoch, Holder: sw.holder, Intents: intents, Keys: keys, Done: sw.now().UTC()}
+	doc := sweptMarkerDoc{Format: FormatVersion, Epoch: epoch, Holder: sw.holder, ClaimID: sw.ts.claim, Intents: intents, Keys: keys, Done: sw.now().UTC()}
 	if err := sw.putDoc(ctx, sw.lay.sweptMarker(epoch), doc); err != nil {
 		sw.log.Warn("writing the sweep completion marker failed", "epoch", epoch, "err", err)
 	}
