@@ -274,7 +274,7 @@ func (g *Guard) resolveTransient(ctx context.Context, m *mutation, err error) (i
 		return objstore.ObjectInfo{}, true, fmt.Errorf("%s %s: refused after retries: %w", m.op, m.key, err)
 	}
 	if cur, exists, herr := g.head(ctx, m.key); herr == nil {
-		switch resolve(m.kind, cur, exists, m.ts.token, m.wid, m.base) {
+		switch g.resolve(ctx, m, cur, exists) {
 		case outcomeOurs, outcomeGone:
 			info, _, rerr := g.resolveFailed(ctx, m, cur, exists)
 			return info, true, rerr
@@ -309,10 +309,34 @@ func opContext(parent context.Context, timeout time.Duration) (context.Context, 
 	return objstore.WithRetryDeadline(ctx, time.Now().Add(timeout)), cancel
 }
 
+// resolve is resolve (decide.go) of m's commit, reading the spill of the
+// key's ETag-ABA record when it has one: a sweep's rewrite of our landed
+// commit may be recorded only there (spill.go). A spill that cannot be read
+// leaves the decision to the metadata's record.
+func (g *Guard) resolve(ctx context.Context, m *mutation, cur objstore.ObjectInfo, exists bool) outcome {
+	o := resolve(m.kind, cur, exists, m.ts.token, m.wid, m.base)
+	if o == outcomeOurs || o == outcomeLandedReplaced || m.kind != kindPut || !exists {
+		return o
+	}
+	rec := parseRecord(cur.Meta[MetaSwept])
+	if _, ok := rec.marker(); !ok {
+		return o
+	}
+	full, err := g.expandRecord(ctx, m.key, rec, g.cfg.SignedRequestValidity)
+	if err != nil {
+		g.log.Warn("reading the spilled ETag-ABA record to resolve a refused commit failed", "key", m.key, "err", err)
+		return o
+	}
+	if full.hasSweptWID(m.wid) {
+		return outcomeLandedReplaced
+	}
+	return o
+}
+
 // resolveFailed decides what a refused (or pre-empted) commit means from
 // the key's current state. next != nil means: retry with that base.
 func (g *Guard) resolveFailed(ctx context.Context, m *mutation, cur objstore.ObjectInfo, exists bool) (objstore.ObjectInfo, *Version, error) {
-	switch resolve(m.kind, cur, exists, m.ts.token, m.wid, m.base) {
+	switch g.resolve(ctx, m, cur, exists) {
 	case outcomeOurs:
 		g.met.outcome(m.op, "resolved_ours")
 		g.tombs.committed(m)

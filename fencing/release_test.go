@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -132,6 +133,13 @@ func TestALostCommitOnAKeyANewerEpochWroteIsFenced(t *testing.T) {
 // A, the store, and A's result.
 func lostCommit(t *testing.T, phase memstore.Phase, overwrite bool, loss error) (*Guard, *memstore.Store, objstore.ObjectInfo, error) {
 	t.Helper()
+	return lostCommitOver(t, phase, overwrite, loss, nil)
+}
+
+// lostCommitOver is lostCommit with k's v1 carrying the ETag-ABA record
+// seed (nil: none).
+func lostCommitOver(t *testing.T, phase memstore.Phase, overwrite bool, loss error, seed record) (*Guard, *memstore.Store, objstore.ObjectInfo, error) {
+	t.Helper()
 	ctx := testCtx(t, 30*time.Second)
 	s := memstore.New()
 	a := newGuard(t, s, Config{Holder: "A"})
@@ -139,6 +147,14 @@ func lostCommit(t *testing.T, phase memstore.Phase, overwrite bool, loss error) 
 	base, err := gput(ctx, a, "lost/k", "v1", Version{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if seed != nil {
+		meta := maps.Clone(base.Meta)
+		meta[MetaSwept] = seed.String()
+		r, n := body("v1")
+		if base, err = s.Put(ctx, "lost/k", r, n, objstore.PutOptions{Meta: meta, Cond: objstore.Condition{IfMatch: base.ETag}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	b := newGuard(t, s, Config{Holder: "B", ReleaseGrace: -1})
 	var once sync.Once
@@ -168,6 +184,28 @@ func readInfo(t *testing.T, ctx context.Context, s objstore.Store, key string) o
 	t.Helper()
 	_, info, _ := read(t, ctx, s, key)
 	return info
+}
+
+// TestACommitThatLandedBeforeANewerEpochsSweepIsFoundInTheSpilledRecord:
+// as below (the rewrite overwritten since: unknown), on a key whose record
+// already holds as many entries as metadata can, all younger than the
+// sweep's: the entry naming A's write id is kept only in the record's
+// spill, and the resolution must read it there (not answer fenced).
+func TestACommitThatLandedBeforeANewerEpochsSweepIsFoundInTheSpilledRecord(t *testing.T) {
+	var seed record
+	for i := range maxRecordEntries - 1 {
+		seed = seed.add(fmt.Sprintf("%032x", i+1), time.Now().Add(time.Minute))
+	}
+	_, s, _, err := lostCommitOver(t, memstore.PhaseAfter, true, objstore.ErrPrecondition, seed)
+	ctx := testCtx(t, 10*time.Second)
+	_, cur, _ := read(t, ctx, s, "lost/k")
+	rec := parseRecord(cur.Meta[MetaSwept])
+	if _, ok := rec.marker(); !ok {
+		t.Fatalf("the key's record did not spill: %v", cur.Meta[MetaSwept])
+	}
+	if WriteIDOfUnknown(err) == "" || errors.Is(err, ErrFenced) {
+		t.Fatalf("A's commit that landed and was replaced, recorded in the spill: %v; want an unknown outcome, not fenced", err)
+	}
 }
 
 // TestACommitThatLandedBeforeANewerEpochsSweep: A's commit of k lands but
