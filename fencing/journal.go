@@ -74,6 +74,14 @@ func (ij *intentJournal) createJournal(ctx context.Context, ts tokenState) error
 	jr.etag = etag
 	ij.mu.Lock()
 	ij.jr = jr
+	for _, ki := range ij.live {
+		if ki.epoch == ts.token && ki.claim == ts.claim {
+			// An intent kept from a journal of this binding that a
+			// binder sealed (and lost the register after): what it wrote
+			// is not in the new journal, so its next commit writes again.
+			ki.written, ki.round, ki.roundBases = map[string]bool{}, nil, nil
+		}
+	}
 	ij.mu.Unlock()
 	return nil
 }

@@ -167,3 +167,57 @@ func TestUnsealedAfterNamesTheReplacedBindingThenItsListOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestARebindAfterASealOfALosingBinderNamesEveryCommitInTheNewJournal: a
+// binder seals A's journal and then loses the register (A stays the
+// register's binding); A, fenced by the seal, binds its token again and
+// gets a new journal. An intent A kept from before (lingering, its base
+// written in the sealed journal) must be written into the new journal
+// before A commits on it again, or a later binder's seal would not name
+// the commit.
+func TestARebindAfterASealOfALosingBinderNamesEveryCommitInTheNewJournal(t *testing.T) {
+	eachStore(t, func(t *testing.T, newStore func() objstore.Store, real bool) {
+		ctx := testCtx(t, 30*time.Second)
+		s := newStore()
+		a := newGuard(t, s, Config{Holder: "A"})
+		bind(t, ctx, a, 1)
+		const key = "rebind/k"
+		if _, err := gput(ctx, a, key, "a1", Version{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, key, objstore.Condition{}); err != nil { // absent again: the same base ""
+			t.Fatal(err)
+		}
+		name := intentNameOf(t, a)
+		o := objects{store: s, lay: a.lay, holder: "X", now: time.Now}
+		doc, etag, err := o.readIntent(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.sealJournal(ctx, tokenState{mode: ModeStrict, token: 2, claim: "x"}, name, doc, etag, 3); err != nil {
+			t.Fatalf("sealing A's journal: %v", err)
+		}
+		_, err = gput(ctx, a, "rebind/other", "o", Version{})
+		mustFenced(t, "A's commit after the seal", err, "sealed our intent journal")
+
+		// A's release of the sealed journal (it names nothing in doubt)
+		// lets A's own sweep below end without a journal write of A's.
+		for {
+			if _, _, ok := read(t, ctx, s, a.lay.releaseOf(name)); ok {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("A never released its sealed journal")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+
+		bind(t, ctx, a, 1) // the register still names A's binding
+		if _, err := gput(ctx, a, key, "a2", Version{}); err != nil {
+			t.Fatalf("A's create after its rebind: %v", err)
+		}
+		if !journalNames(t, ctx, s, intentNameOf(t, a), key, "") {
+			t.Errorf("A's new journal does not name (%s, absent): a binder's seal would not name A's create", key)
+		}
+	})
+}
