@@ -2,7 +2,6 @@ package fencing
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"slices"
 	"strconv"
@@ -130,9 +129,8 @@ func TestTheRegisterNamesAsUnsealedOnlyWhatNoCompletedSweepCovers(t *testing.T) 
 	for token := uint64(1); token <= 4; token++ {
 		g := newGuard(t, s, Config{Holder: "H" + strconv.FormatUint(token, 10)})
 		bind(t, ctx, g, token)
-		var reg Register
-		c, _, _ := read(t, ctx, s, ProtocolDir+"/"+registerName)
-		if err := json.Unmarshal([]byte(c), &reg); err != nil {
+		reg, _, _, err := g.readRegister(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
 		var want []claimRef
