@@ -24,8 +24,8 @@ package fusefs
 // storage does not answer (EIO) — is logged, counted in
 // fencefs_fuse_delete_failures_total, reported by the next fsync(2) and by
 // the rmdir(2) of the directory made by the process that unlinked it (each
-// such process once, dir.go: syncDeletes), and the name shows the stored object
-// again. No delete refused after a takeover is ever reported as done by an
+// such process once, deletereport.go), even when the kernel forgot the
+// directory in between, and the name shows the stored object again. No delete refused after a takeover is ever reported as done by an
 // fsync. A crash (kill -9) before a delete landed leaves the object in the
 // bucket: the name is back at the next mount, as an unlink that was never
 // written back is after a power cut.
@@ -60,12 +60,16 @@ type deleteWriteback struct {
 	pending map[string]*pendingDelete // GUARDED_BY(mu): by key
 	queue   []*pendingDelete          // GUARDED_BY(mu): not sent yet, oldest first
 	running int                       // GUARDED_BY(mu): sending goroutines, senders at most
+	// failures are the failed deletes still to report, by the key of
+	// the directory the name left (deletereport.go).
+	failures map[string][]deleteFailure // GUARDED_BY(mu)
 }
 
-// entryDir is the directory an acknowledged delete's name left (a
-// dirNode): its next fsync reports the delete's failure.
+// entryDir is the node of the directory an acknowledged delete's name
+// left (a dirNode), told when the delete failed, so that the name shows
+// again.
 type entryDir interface {
-	deleteFailed(key string, err error, tgid uint32)
+	deleteFailed(key string)
 }
 
 // pendingDelete is one acknowledged delete. err is set before done closes.
@@ -82,11 +86,12 @@ type pendingDelete struct {
 
 func newDeleteWriteback(concurrency int, del func(string, fencing.Version, fencing.Binding) error, failed func(string, error)) *deleteWriteback {
 	return &deleteWriteback{
-		del:     del,
-		failed:  failed,
-		senders: max(concurrency, 1),
-		room:    make(chan struct{}, maxPendingDeletes),
-		pending: map[string]*pendingDelete{},
+		del:      del,
+		failed:   failed,
+		senders:  max(concurrency, 1),
+		room:     make(chan struct{}, maxPendingDeletes),
+		pending:  map[string]*pendingDelete{},
+		failures: map[string][]deleteFailure{},
 	}
 }
 
@@ -143,15 +148,18 @@ func (w *deleteWriteback) send(p *pendingDelete) {
 		p.prev = nil
 	}
 	err := w.del(p.key, p.base, p.bind)
+	var tgid uint32
 	if err != nil {
 		w.failed(p.key, err)
-		var tgid uint32
 		if p.pid != 0 {
 			tgid = tgidOf(p.pid)
 		}
-		p.dir.deleteFailed(p.key, err, tgid)
+		p.dir.deleteFailed(p.key)
 	}
 	w.mu.Lock()
+	if err != nil {
+		w.recordFailureLocked(parentKey(p.key), deleteFailure{err: err, tgid: tgid})
+	}
 	if w.pending[p.key] == p {
 		delete(w.pending, p.key)
 	}
@@ -192,10 +200,10 @@ func (w *deleteWriteback) wait(ctx context.Context, key string) error {
 	return waitDeletes(ctx, []*pendingDelete{p})
 }
 
-// waitDir waits for the pending deletes of dir's entries and returns the
-// first error among them.
-func (w *deleteWriteback) waitDir(ctx context.Context, dir entryDir) error {
-	return w.waitMatching(ctx, func(p *pendingDelete) bool { return p.dir == dir })
+// waitDir waits for the pending deletes of the entries of the directory
+// dirKey (nodeBase.key) and returns the first error among them.
+func (w *deleteWriteback) waitDir(ctx context.Context, dirKey string) error {
+	return w.waitMatching(ctx, func(p *pendingDelete) bool { return parentKey(p.key) == dirKey })
 }
 
 // waitPrefix waits for the pending deletes of keys below prefix and

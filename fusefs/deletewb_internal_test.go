@@ -16,13 +16,11 @@ import (
 type recordingDir struct {
 	mu     sync.Mutex
 	failed []string
-	tgids  []uint32
 }
 
-func (d *recordingDir) deleteFailed(key string, err error, tgid uint32) {
+func (d *recordingDir) deleteFailed(key string) {
 	d.mu.Lock()
 	d.failed = append(d.failed, key)
-	d.tgids = append(d.tgids, tgid)
 	d.mu.Unlock()
 }
 
@@ -64,7 +62,7 @@ func TestDeleteWritebackSendsAtMostItsSendersAtOnceAndReportsFailures(t *testing
 	if w.count() == 0 {
 		t.Fatal("nothing pending right after the adds")
 	}
-	if err := w.waitDir(ctx, b); err != nil {
+	if err := w.waitDir(ctx, "b/"); err != nil {
 		t.Errorf("waitDir(b) = %v, want nil: no delete of b failed", err)
 	}
 	// A wait reports the failures of the deletes it waited for; one that

@@ -71,9 +71,17 @@ func TestADeleteRefusedAfterATakeoverFailsTheDirectorysFsync(t *testing.T) {
 	}
 	k.mount(serveConfig{Token: 2, Holder: "b"})
 
-	err := os.Remove(a.Path("d/f"))
+	before, err := lstat(a.Path("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = os.Remove(a.Path("d/f"))
 	switch errnoOf(err) {
 	case 0:
+		// The refusal fences the mount, which drops the kernel's entries:
+		// the kernel forgets d, and the fsync below goes to a node looked
+		// up anew. It must report the refusal all the same.
+		waitForgotten(t, a.Path("d"), before.Ino, a.Path("d/f"))
 		f, err := os.Open(a.Path("d"))
 		if err != nil {
 			t.Fatal(err)
@@ -91,5 +99,26 @@ func TestADeleteRefusedAfterATakeoverFailsTheDirectorysFsync(t *testing.T) {
 	}
 	if b, err := os.ReadFile(a.Path("d/f")); err != nil || string(b) != "kept" {
 		t.Errorf("the old mount reads d/f = %q, %v; want the stored file again", b, err)
+	}
+}
+
+// waitForgotten waits until shown (a name whose delete failed) is back
+// and the kernel forgot dir's inode of number ino: dir then has another.
+func waitForgotten(t *testing.T, dir string, ino uint64, shown string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, errShown := lstat(shown)
+		st, err := lstat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errShown == nil && st.Ino != ino {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s: %s shown again: %v; %s still inode %d (was %d)", shown, errShown, dir, st.Ino, ino)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -32,23 +32,7 @@ type dirNode struct {
 	// changed is when this mount last added or removed an entry: the
 	// directory's mtime and ctime, in this mount's memory (dir_attr.go).
 	changed time.Time // GUARDED_BY(mu)
-	// deleteErrs are the failures of deletes of entries that unlink
-	// acknowledged (deletewb.go) still to report (syncDeletes).
-	deleteErrs []deleteFailure // GUARDED_BY(mu)
 }
-
-// deleteFailure is an acknowledged delete that failed, the process
-// (thread group) whose unlink acknowledged it (0 when it cannot be told),
-// and whether an fsync reported it yet.
-type deleteFailure struct {
-	err  error
-	tgid uint32
-	seen bool
-}
-
-// maxDeleteFailures bounds a directory's unreported failures; past it a
-// failure is reported to the next fsync of anyone.
-const maxDeleteFailures = 1024
 
 // noteRemoval records that name left d through this mount.
 // LOCKS_EXCLUDED(d.mu)
@@ -204,57 +188,15 @@ func (d *dirNode) checkEmpty(ctx context.Context, prefix string) error {
 	return nil
 }
 
-// deleteFailed records that the acknowledged delete of entry key failed:
-// the next fsync (or rmdir) of d reports it, and the names d knew and the
-// kernel's entry of the name are forgotten, so that the entry shows again.
-// The kernel is told from a goroutine of its own: the notification waits
-// for the directory's lock, which an fsync or rmdir of it holds while it
-// waits for this delete.
-func (d *dirNode) deleteFailed(key string, err error, tgid uint32) {
-	d.mu.Lock()
-	if len(d.deleteErrs) >= maxDeleteFailures {
-		tgid = 0
-		d.deleteErrs = d.deleteErrs[:maxDeleteFailures-1]
-	}
-	d.deleteErrs = append(d.deleteErrs, deleteFailure{err: err, tgid: tgid})
-	d.mu.Unlock()
+// deleteFailed is told that the acknowledged delete of entry key failed
+// (its failure is kept for the next fsync, deletereport.go): the names d
+// knew and the kernel's entry of the name are forgotten, so that the
+// entry shows again. The kernel is told from a goroutine of its own: the
+// notification waits for the directory's lock, which an fsync or rmdir of
+// it holds while it waits for this delete.
+func (d *dirNode) deleteFailed(key string) {
 	d.names.forget()
 	go d.NotifyEntry(key[strings.LastIndex(key, "/")+1:])
-}
-
-// syncDeletes waits for the acknowledged deletes of d's entries and
-// returns the first failure of one to report to the caller, as Linux
-// reports a writeback error: a failure goes to the next fsync or rmdir of
-// anyone (rm, then sync) and, until it has, and besides, to the next one
-// of the process whose unlink acknowledged it, once each. So a process
-// told its unlink succeeded always learns that the delete did not land,
-// even when another process's fsync reported it first.
-func (d *dirNode) syncDeletes(ctx context.Context) error {
-	if err := d.fsys.deletes.waitDir(ctx, d); ctx.Err() != nil {
-		return err
-	}
-	me := callerTgid(ctx)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var first error
-	kept := d.deleteErrs[:0]
-	for _, f := range d.deleteErrs {
-		mine := f.tgid == 0 || me == 0 || f.tgid == me
-		if f.seen && !mine {
-			kept = append(kept, f)
-			continue
-		}
-		if first == nil {
-			first = f.err
-		}
-		if !mine {
-			f.seen = true // still owed to its own process
-			kept = append(kept, f)
-		}
-	}
-	clear(d.deleteErrs[len(kept):])
-	d.deleteErrs = kept
-	return first
 }
 
 // deleteEntry deletes key, the object of entry of d, at version base: the

@@ -68,7 +68,13 @@ var _ = (fs.NodeRmdirer)((*dirNode)(nil))
 // delete. It waits for the deletes unlink acknowledged of the directory's
 // entries, and fails as they did (deletewb.go).
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return d.remove(ctx, "rmdir", name, func(ctx context.Context, key string) error { return d.rmdir(ctx, name, key+"/") })
+	return d.remove(ctx, "rmdir", name, func(ctx context.Context, key string) error {
+		if err := d.rmdir(ctx, name, key+"/"); err != nil {
+			return err
+		}
+		d.fsys.deletes.dropFailures(key + "/") // what others were owed went with it
+		return nil
+	})
 }
 
 func (d *dirNode) rmdir(ctx context.Context, name, prefix string) error {

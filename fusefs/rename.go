@@ -269,6 +269,7 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 		byOld[e.Key] = copied[i]
 	}
 	updateTree(sd.EmbeddedInode(), srcPrefix, byOld)
+	fsys.deletes.moveFailures(srcPrefix, dstPrefix)
 	return nil
 }
 
