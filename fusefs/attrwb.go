@@ -48,11 +48,15 @@ type attrWriteback struct {
 
 	mu   sync.Mutex
 	due  map[*nodeBase]time.Time // GUARDED_BY(mu): when each change must be stored
+	// orphans are the nodes the kernel forgot with a change pending, by
+	// the key it was made at (attr_orphans.go).
+	orphans map[string]*nodeBase // GUARDED_BY(mu)
 	wake chan struct{}           // a new, earlier deadline (buffered 1)
 }
 
 func newAttrWriteback(fsys *filesystem, delay time.Duration) *attrWriteback {
-	return &attrWriteback{fsys: fsys, delay: delay, due: map[*nodeBase]time.Time{}, wake: make(chan struct{}, 1)}
+	return &attrWriteback{fsys: fsys, delay: delay, due: map[*nodeBase]time.Time{},
+		orphans: map[string]*nodeBase{}, wake: make(chan struct{}, 1)}
 }
 
 // schedule makes b's pending change due after the delay (an earlier
@@ -203,6 +207,7 @@ func (b *nodeBase) deferAttr(ctx context.Context, mutate func(*posixAttr) error)
 		b.attr = a
 		b.attrPending = true
 		b.attrBind = b.fsys.binding()
+		b.attrKey = key
 		b.mu.Unlock()
 		b.fsys.attrwb.schedule(b)
 		return nil
@@ -229,9 +234,15 @@ func (b *nodeBase) storePendingAttrLocked(ctx context.Context) error {
 		return nil
 	}
 	err := b.updateMetaRemote(heldCtx(ctx, bind), func(*posixAttr) error { return nil })
+	if !errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, fencing.ErrFenced) {
+		defer b.fsys.attrwb.unorphan(b) // stored or dropped; runs after b.mu.Unlock
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	key, _ := b.key()
+	key, ok := b.key()
+	if !ok {
+		key = b.attrKey // an orphan (attr_orphans.go)
+	}
 	switch {
 	case err == nil:
 		nodeOf(b.ino).selfCopiedLocked()
@@ -249,9 +260,8 @@ func (b *nodeBase) storePendingAttrLocked(ctx context.Context) error {
 	b.fsys.metrics.attrWritebackFailures.Inc()
 	if errors.Is(err, objstore.ErrNotFound) {
 		// Not removed or renamed by this mount (those drop or carry
-		// the change): the object went away behind its back, or the
-		// kernel forgot the node (memory pressure, a change of
-		// leadership's cache drop) before the change was stored.
+		// the change, even for a node the kernel forgot:
+		// attr_orphans.go): the object went away behind its back.
 		b.fsys.log.Warn("an acknowledged chmod/chown/utimens is dropped: its node is gone", "key", key, "err", err)
 		return nil
 	}

@@ -42,17 +42,25 @@ func (d *dirNode) childNode(ctx context.Context, name string, r resolved) *fs.In
 	if ch := d.reuseChild(name, r); ch != nil {
 		return ch
 	}
-	if isSpecialKind(r.kind) {
-		return d.NewInode(ctx, newSpecialNode(d.fsys, r.kind, r.info), fs.StableAttr{Mode: r.kind})
-	}
-	switch r.kind {
-	case kindDir:
-		return d.NewInode(ctx, newDirNode(d.fsys, r.info), fs.StableAttr{Mode: syscall.S_IFDIR})
-	case kindSymlink:
-		return d.NewInode(ctx, newSymlinkNode(d.fsys, r.info), fs.StableAttr{Mode: syscall.S_IFLNK})
+	var ch *fs.Inode
+	switch {
+	case isSpecialKind(r.kind):
+		ch = d.NewInode(ctx, newSpecialNode(d.fsys, r.kind, r.info), fs.StableAttr{Mode: r.kind})
+	case r.kind == kindDir:
+		ch = d.NewInode(ctx, newDirNode(d.fsys, r.info), fs.StableAttr{Mode: syscall.S_IFDIR})
+	case r.kind == kindSymlink:
+		ch = d.NewInode(ctx, newSymlinkNode(d.fsys, r.info), fs.StableAttr{Mode: syscall.S_IFLNK})
 	default:
-		return d.NewInode(ctx, newFileNode(d.fsys, r.info), fs.StableAttr{Mode: syscall.S_IFREG})
+		ch = d.NewInode(ctx, newFileNode(d.fsys, r.info), fs.StableAttr{Mode: syscall.S_IFREG})
 	}
+	// A change pending on the node the kernel forgot (attr_orphans.go).
+	if key, err := d.childKey(name); err == nil && d.fsys.attrwb != nil {
+		if r.kind == kindDir {
+			key += "/"
+		}
+		d.fsys.attrwb.adopt(key, baseOf(ch))
+	}
+	return ch
 }
 
 // cachedChild returns an existing child that can answer a lookup without a

@@ -36,6 +36,10 @@ func (d *dirNode) remove(ctx context.Context, op, name string, rm func(ctx conte
 	}
 	if err == nil {
 		d.noteRemoval(name)
+		d.fsys.attrwb.dropOrphans(false, key, key+"/")
+		if ch == nil {
+			ch = d.GetChild(name) // looked up by rm
+		}
 		if ch != nil {
 			if b := baseOf(ch); b != nil {
 				b.dropPendingAttr() // removed: nothing left to store it on

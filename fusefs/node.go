@@ -135,6 +135,10 @@ type nodeBase struct {
 	// attrBind is the binding the pending change was made under
 	// (held.go). GUARDED_BY(mu)
 	attrBind fencing.Binding
+	// attrKey is the key the pending change was made at, and orphaned
+	// that the kernel forgot the node with it pending (attr_orphans.go).
+	attrKey  string // GUARDED_BY(mu)
+	orphaned bool   // GUARDED_BY(mu)
 }
 
 func (b *nodeBase) init(fsys *filesystem, ino *fs.Inode, kind uint32, info objstore.ObjectInfo) {
@@ -313,7 +317,13 @@ func (b *nodeBase) metaKey() (string, error) {
 	}
 	key, err := b.keyOrErr()
 	if err != nil {
-		return "", err
+		b.mu.Lock()
+		k, ok := b.orphanKeyLocked()
+		b.mu.Unlock()
+		if !ok {
+			return "", err
+		}
+		key = k
 	}
 	if key == "" {
 		return "", fmt.Errorf("%w: the bucket root has no object to hold metadata", errNotSupported)

@@ -51,6 +51,9 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		if err == nil {
 			np.entryAdded(newName)
 			d.noteRemoval(name)
+			// A change pending on a forgotten node of the name replaced.
+			d.fsys.attrwb.dropOrphans(false, dstKey)
+			d.fsys.attrwb.dropOrphans(true, dstKey+"/")
 		}
 	}
 	return d.fsys.mutationErrno(ctx, "rename", srcKey+" -> "+dstKey, err)
@@ -247,6 +250,9 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 		return err
 	}
 	if err := commitTree(ctx, sd.EmbeddedInode()); err != nil {
+		return err
+	}
+	if err := fsys.attrwb.storeOrphansBelow(ctx, srcPrefix); err != nil {
 		return err
 	}
 	srcs, dstVersions, err := fsys.dirRenamePlan(ctx, srcPrefix, dstPrefix)

@@ -1,0 +1,114 @@
+package fusefs
+
+import (
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestAPendingChmodOfANodeTheKernelForgotIsShownAndStored: a chmod
+// acknowledged and held by the attribute write-back (an hour here) on a
+// directory and on a closed file nobody holds open; binding the mount's
+// own next token drops every kernel entry, and the kernel forgets both
+// inodes. The nodes looked up next still show the change, fsync stores
+// it, and a change never looked up again is stored at unmount; a rename of
+// the directory above one carries it, the removal of a name drops its
+// change (nothing brings the object back). Before,
+// the change vanished with the forgotten node and fsync returned success
+// with the old mode in the bucket.
+func TestAPendingChmodOfANodeTheKernelForgotIsShownAndStored(t *testing.T) {
+	k := newKT(t, 2*time.Minute)
+	a := k.mount(serveConfig{Token: 1, Holder: "a", AttrWriteback: time.Hour})
+	for _, d := range []string{"d", "e", "r"} {
+		if err := os.Mkdir(a.Path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		syncDir(t, a.Path(d))
+	}
+	for _, f := range []string{"f", "r/g", "h"} {
+		if err := writeClose(a.Path(f), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name, key string
+		mode      uint32
+	}{
+		{"d", "d/", syscall.S_IFDIR | 0o700},
+		{"f", "f", syscall.S_IFREG | 0o600},
+		{"e", "e/", syscall.S_IFDIR | 0o711}, // never looked up again: unmount stores it
+		{"r/g", "r2/g", syscall.S_IFREG | 0o640}, // its directory renamed
+		{"h", "h", syscall.S_IFREG | 0o604},      // removed
+	}
+	inos := map[string]uint64{}
+	if st, err := lstat(a.Path("r")); err == nil {
+		inos["r"] = st.Ino
+	}
+	for _, c := range cases {
+		st, err := lstat(a.Path(c.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inos[c.name] = st.Ino
+		if err := os.Chmod(a.Path(c.name), os.FileMode(c.mode&0o777)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bindMount(t, a, 2)
+	for _, c := range cases[:2] {
+		st := waitNewInode(t, a.Path(c.name), inos[c.name])
+		if st.Mode != c.mode {
+			t.Errorf("%s looked up after the kernel forgot it: mode %o, want the pending %o", c.name, st.Mode, c.mode)
+		}
+		f, err := os.Open(a.Path(c.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Errorf("fsync of %s: %v", c.name, err)
+		}
+		f.Close()
+		if got := k.userMeta(t, c.key)["mode"]; got != strconv.Itoa(int(c.mode)) {
+			t.Errorf("%s: mode in the bucket after fsync %s, want %d", c.name, got, c.mode)
+		}
+	}
+	waitNewInode(t, a.Path("r"), inos["r"])
+	if err := os.Rename(a.Path("r"), a.Path("r2")); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.userMeta(t, "r2/g")["mode"]; got != strconv.Itoa(syscall.S_IFREG|0o640) {
+		t.Errorf("r2/g: mode in the bucket after the rename of r %s, want %d", got, syscall.S_IFREG|0o640)
+	}
+	if err := os.Remove(a.Path("h")); err != nil {
+		t.Fatal(err)
+	}
+	a.stop()
+	if k.objectExists(t, "h") {
+		t.Error("h is in the bucket again after its unlink and the unmount")
+	}
+	if got := k.userMeta(t, "e/")["mode"]; got != strconv.Itoa(int(cases[2].mode)) {
+		t.Errorf("e: mode in the bucket after unmount %s, want %d", got, cases[2].mode)
+	}
+}
+
+// waitNewInode waits until path has an inode number other than ino (the
+// kernel forgot the old one) and returns its attributes.
+func waitNewInode(t *testing.T, path string, ino uint64) syscall.Stat_t {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := lstat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Ino != ino {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s the kernel still has inode %d of %s", ino, path)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
