@@ -23,6 +23,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
 )
 
 // OnForget is called by go-fuse when the kernel forgot the node (and for
@@ -36,12 +38,33 @@ func (b *nodeBase) OnForget() {
 	pending, key := b.attrPending, b.attrKey
 	b.orphaned = pending
 	b.mu.Unlock()
-	if pending {
-		w := b.fsys.attrwb
-		w.mu.Lock()
-		w.orphans[key] = b
-		w.mu.Unlock()
+	if !pending {
+		return
 	}
+	w := b.fsys.attrwb
+	w.mu.Lock()
+	w.orphans[key] = b
+	w.mu.Unlock()
+	// The kernel's FORGET may come after a LOOKUP that already made the
+	// name's next node: that one adopts the change now.
+	if nb := baseOf(b.fsys.inodeAt(key)); nb != nil && nb != b && nb.kind == b.kind {
+		w.adopt(key, nb)
+	}
+}
+
+// inodeAt returns the live inode of key in the tree, nil if there is none.
+func (fsys *filesystem) inodeAt(key string) *fs.Inode {
+	rest, ok := strings.CutPrefix(key, fsys.prefix)
+	if !ok || fsys.root == nil { // not mounted yet
+		return nil
+	}
+	ino := fsys.root
+	for _, name := range strings.Split(strings.TrimSuffix(rest, "/"), "/") {
+		if ino = ino.GetChild(name); ino == nil {
+			return nil
+		}
+	}
+	return ino
 }
 
 // orphanKeyLocked is the key an orphan's pending change is stored under,
@@ -80,7 +103,9 @@ func (w *attrWriteback) adopt(key string, nb *nodeBase) {
 	o.attrPending, o.orphaned = false, false
 	o.mu.Unlock()
 	nb.mu.Lock()
-	same := pending && nb.info.ETag == info.ETag
+	// A change made on nb already started from the stored attributes:
+	// the later change wins, as it would on one node.
+	same := pending && nb.info.ETag == info.ETag && !nb.attrPending
 	if same {
 		nb.attr, nb.attrPending, nb.attrBind, nb.attrKey = attr.clone(), true, bind, key
 	}
@@ -90,7 +115,7 @@ func (w *attrWriteback) adopt(key string, nb *nodeBase) {
 		nb.forgetCached()
 		return
 	case !same:
-		w.fsys.log.Warn("an acknowledged chmod/chown/utimens is dropped: the object changed in the bucket first", "key", key)
+		w.fsys.log.Warn("an acknowledged chmod/chown/utimens of a node the kernel forgot is dropped: the object, or its attributes, changed since", "key", key)
 		return
 	}
 	if !scheduled {

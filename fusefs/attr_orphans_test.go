@@ -38,7 +38,7 @@ func TestAPendingChmodOfANodeTheKernelForgotIsShownAndStored(t *testing.T) {
 	}{
 		{"d", "d/", syscall.S_IFDIR | 0o700},
 		{"f", "f", syscall.S_IFREG | 0o600},
-		{"e", "e/", syscall.S_IFDIR | 0o711}, // never looked up again: unmount stores it
+		{"e", "e/", syscall.S_IFDIR | 0o711},     // never looked up again: unmount stores it
 		{"r/g", "r2/g", syscall.S_IFREG | 0o640}, // its directory renamed
 		{"h", "h", syscall.S_IFREG | 0o604},      // removed
 	}

@@ -46,12 +46,12 @@ type attrWriteback struct {
 	fsys  *filesystem
 	delay time.Duration // Options.AttrWriteback; > 0
 
-	mu   sync.Mutex
-	due  map[*nodeBase]time.Time // GUARDED_BY(mu): when each change must be stored
+	mu  sync.Mutex
+	due map[*nodeBase]time.Time // GUARDED_BY(mu): when each change must be stored
 	// orphans are the nodes the kernel forgot with a change pending, by
 	// the key it was made at (attr_orphans.go).
 	orphans map[string]*nodeBase // GUARDED_BY(mu)
-	wake chan struct{}           // a new, earlier deadline (buffered 1)
+	wake    chan struct{}        // a new, earlier deadline (buffered 1)
 }
 
 func newAttrWriteback(fsys *filesystem, delay time.Duration) *attrWriteback {
