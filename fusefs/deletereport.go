@@ -133,16 +133,12 @@ func (w *deleteWriteback) dropFailuresLocked(prefix string) {
 	}
 }
 
-// syncDeletes waits for the acknowledged deletes of d's entries and
-// returns the first failure of one to report to the caller (see above). A
-// directory no longer in the tree has nothing to report.
-func (d *dirNode) syncDeletes(ctx context.Context) error {
-	key, ok := d.key()
-	if !ok {
-		return nil
-	}
-	if err := d.fsys.deletes.waitDir(ctx, key); ctx.Err() != nil {
+// syncDeletes waits for the acknowledged deletes of the entries of the
+// directory dirKey (nodeBase.key) and returns the first failure of one to
+// report to the caller (see above).
+func (fsys *filesystem) syncDeletes(ctx context.Context, dirKey string) error {
+	if err := fsys.deletes.waitDir(ctx, dirKey); ctx.Err() != nil {
 		return err
 	}
-	return d.fsys.deletes.report(callerTgid(ctx), key)
+	return fsys.deletes.report(callerTgid(ctx), dirKey)
 }

@@ -39,7 +39,10 @@ var _ = (fs.NodeFsyncer)((*dirNode)(nil))
 func (d *dirNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
 	ctx, cancel := d.fsys.mutctx(ctx)
 	defer cancel()
-	err := d.syncDeletes(ctx)
+	var err error
+	if key, ok := d.key(); ok { // else removed: its failures went with it
+		err = d.fsys.syncDeletes(ctx, key)
+	}
 	if err == nil {
 		err = d.storePendingAttr(ctx)
 	}

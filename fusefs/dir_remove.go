@@ -97,7 +97,7 @@ func (d *dirNode) rmdir(ctx context.Context, name, prefix string) error {
 	dn.opMu.Lock()
 	defer dn.opMu.Unlock()
 	// The deletes of its entries first: a failed one leaves an entry.
-	if err := dn.syncDeletes(ctx); err != nil {
+	if err := d.fsys.syncDeletes(ctx, prefix); err != nil {
 		return err
 	}
 	if err := dn.checkEmpty(ctx, prefix); err != nil {

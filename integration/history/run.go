@@ -186,6 +186,9 @@ func (r *run) mountArgs(holder string, proxy *harness.Proxy) []string {
 		"--meta-ttl", "0s", "--attr-ttl", "0s", "--entry-ttl", "0s", "--s3-timeout", "2s"}, r.cfg.MountArgs...)
 }
 
+// subdir is the directory that holds half of the files.
+const subdir = "d"
+
 // Run drives one run against a new server of cfg.Kind and returns its
 // history. The mounts run harness.Binary ($FENCEFS_BIN).
 func Run(t *testing.T, cfg Config) *History {
@@ -195,7 +198,13 @@ func Run(t *testing.T, cfg Config) *History {
 		stop: make(chan struct{}), rng: rand.New(rand.NewSource(cfg.Seed))}
 	r.setLeader(-1)
 	for i := 0; i < cfg.Files; i++ {
-		r.files = append(r.files, fmt.Sprintf("f%d", i))
+		// Half in a directory: unlike the root, the kernel forgets it
+		// whenever a bind drops the mount's entries.
+		name := fmt.Sprintf("f%d", i)
+		if i%2 == 1 {
+			name = subdir + "/" + name
+		}
+		r.files = append(r.files, name)
 	}
 	for i := 0; i < cfg.Logs; i++ {
 		r.logs = append(r.logs, fmt.Sprintf("log%d", i))
@@ -213,6 +222,9 @@ func Run(t *testing.T, cfg Config) *History {
 		}
 	}
 	r.bind(0)
+	if err := os.Mkdir(filepath.Join(r.slots[0].dir, subdir), 0o755); err != nil {
+		t.Fatalf("mkdir %s through the first leader: %v", subdir, err)
+	}
 
 	var wg sync.WaitGroup
 	var workers []*workerProc
@@ -447,7 +459,8 @@ func (r *run) do(w *workerProc, rng *rand.Rand, kind Kind, flavor, file string) 
 // the record it starts.
 func (r *run) command(w *workerProc, s *slot, holder string, rng *rand.Rand, kind Kind, flavor, file string) (Command, Op) {
 	id := r.id()
-	c := Command{ID: id, Kind: kind, Flavor: flavor, Path: filepath.Join(s.dir, file), Dir: s.dir, Key: file}
+	path := filepath.Join(s.dir, file)
+	c := Command{ID: id, Kind: kind, Flavor: flavor, Path: path, Dir: filepath.Dir(path), Key: file}
 	switch kind {
 	case KWrite:
 		n := 1 + rng.Intn(3)
@@ -461,7 +474,7 @@ func (r *run) command(w *workerProc, s *slot, holder string, rng *rand.Rand, kin
 			c.Pause = rng.Intn(20)
 		}
 		if flavor == "rename" {
-			c.Tmp = filepath.Join(s.dir, fmt.Sprintf("tmp-w%d", w.n))
+			c.Tmp = filepath.Join(c.Dir, fmt.Sprintf("tmp-w%d", w.n))
 		}
 		if flavor == "dup" {
 			c.Hold1, c.Hold2 = 100+rng.Intn(2500), 100+rng.Intn(2500)
@@ -473,6 +486,12 @@ func (r *run) command(w *workerProc, s *slot, holder string, rng *rand.Rand, kin
 		c.Pieces = []string{fmt.Sprintf("%s#%d.a\n", file, id)}
 	case KChmod:
 		c.Mode = []uint32{0o644, 0o600, 0o640}[rng.Intn(3)]
+	case KDelete:
+		if rng.Intn(2) == 0 {
+			// Time for a fault, and the kernel forgetting the
+			// directory, between the unlink and the fsync.
+			c.Pause = rng.Intn(300)
+		}
 	}
 	op := Op{ID: id, Process: w.n, Mount: s.i, Holder: holder, Kind: kind, Flavor: flavor, File: file,
 		Intended: strings.Join(c.Pieces, ""), Mode: c.Mode}

@@ -39,7 +39,7 @@ type Command struct {
 	Tmp    string   `json:"tmp,omitempty"`  // rename: the temporary file
 	Key    string   `json:"key,omitempty"`  // the object (S3 reads, peeks)
 	Pieces []string `json:"pieces,omitempty"`
-	Pause  int      `json:"pause,omitempty"` // ms between pieces
+	Pause  int      `json:"pause,omitempty"` // ms between pieces; a delete's between unlink and fsync
 	Hold1  int      `json:"hold1,omitempty"` // dup: ms before closing the first descriptor
 	Hold2  int      `json:"hold2,omitempty"` // dup: ms before closing the second
 	Mode   uint32   `json:"mode,omitempty"`
@@ -121,6 +121,7 @@ func (w *worker) do(c Command) Result {
 	case KDelete:
 		if step("unlink", unix.Unlink(c.Path)) == nil {
 			r.Written = Now()
+			time.Sleep(time.Duration(c.Pause) * time.Millisecond)
 			w.fsyncDir(c.Dir, step)
 		}
 	case KChmod:
