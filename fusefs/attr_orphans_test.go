@@ -112,3 +112,33 @@ func waitNewInode(t *testing.T, path string, ino uint64) syscall.Stat_t {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAPendingChmodOfADirectoryRenamedOverNeverReachesTheOneThatReplacedIt:
+// the directory a rename replaced had a chmod pending; its node, forgotten
+// after the rename, must not hand the change to the directory now at its
+// name (both empty markers: the same ETag).
+func TestAPendingChmodOfADirectoryRenamedOverNeverReachesTheOneThatReplacedIt(t *testing.T) {
+	k := newKT(t, 2*time.Minute)
+	a := k.mount(serveConfig{Token: 1, Holder: "a", AttrWriteback: time.Hour})
+	for _, d := range []string{"s", "t"} {
+		if err := os.Mkdir(a.Path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		syncDir(t, a.Path(d))
+	}
+	if err := os.Chmod(a.Path("t"), 0o701); err != nil {
+		t.Fatal(err)
+	}
+	// rename(2) itself: os.Rename refuses an existing directory.
+	if err := syscall.Rename(a.Path("s"), a.Path("t")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the replaced node's FORGET
+	if st, err := lstat(a.Path("t")); err != nil || st.Mode != syscall.S_IFDIR|0o755 {
+		t.Errorf("t after the rename: mode %o, %v; want the renamed directory's 40755", st.Mode, err)
+	}
+	a.stop()
+	if got := k.userMeta(t, "t/")["mode"]; got != strconv.Itoa(syscall.S_IFDIR|0o755) {
+		t.Errorf("t/ in the bucket after unmount: mode %s, want %d", got, syscall.S_IFDIR|0o755)
+	}
+}

@@ -275,6 +275,9 @@ func (fsys *filesystem) renameDir(ctx context.Context, sd *dirNode, srcKey strin
 		byOld[e.Key] = copied[i]
 	}
 	updateTree(sd.EmbeddedInode(), srcPrefix, byOld)
+	if db := baseOf(dst); db != nil {
+		db.dropPendingAttr() // replaced: nothing left to store it on
+	}
 	fsys.deletes.moveFailures(srcPrefix, dstPrefix)
 	return nil
 }
