@@ -356,7 +356,7 @@ func (sw *sweeper) sweepKey(ctx context.Context, si *sweepIntent, t sweepTarget,
 			// a re-run of this one) finishes the key.
 			return fmt.Errorf("sweeping %s: %w", t.key, err)
 		case errors.Is(err, errNoFreshShape):
-			if werr := sw.waitRecordExpiry(ctx, sw.log, sw.validity, full, avoid); werr != nil {
+			if werr := sw.waitRecordExpiry(ctx, sw.log.With("key", t.key), sw.validity, full, avoid); werr != nil {
 				return fmt.Errorf("sweeping %s: %w", t.key, err)
 			}
 			continue
